@@ -1,0 +1,89 @@
+#pragma once
+// Bounds-checked little-endian reading and writing, shared by the wire protocol and the bundle
+// container. Every read returns nullopt instead of touching a byte past the end.
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace bitship {
+
+static_assert(std::endian::native == std::endian::little, "bitship's wire format assumes little-endian hosts");
+
+class ByteReader {
+public:
+    explicit ByteReader(std::span<const std::byte> bytes) noexcept : bytes_(bytes) {}
+
+    std::optional<std::span<const std::byte>> bytes(std::size_t n) noexcept {
+        if (n > remaining()) return std::nullopt;
+        auto out = bytes_.subspan(pos_, n);
+        pos_ += n;
+        return out;
+    }
+    template <class T> std::optional<T> scalar() noexcept {
+        auto b = bytes(sizeof(T));
+        if (!b) return std::nullopt;
+        T v;
+        std::memcpy(&v, b->data(), sizeof(T));
+        return v;
+    }
+    std::optional<std::uint8_t> u8() noexcept { return scalar<std::uint8_t>(); }
+    std::optional<std::uint16_t> u16() noexcept { return scalar<std::uint16_t>(); }
+    std::optional<std::uint32_t> u32() noexcept { return scalar<std::uint32_t>(); }
+    std::optional<std::uint64_t> u64() noexcept { return scalar<std::uint64_t>(); }
+    /// A string prefixed by a u16 length.
+    std::optional<std::string_view> str16() noexcept {
+        auto n = u16();
+        if (!n) return std::nullopt;
+        auto b = bytes(*n);
+        if (!b) return std::nullopt;
+        return std::string_view(reinterpret_cast<const char*>(b->data()), b->size());
+    }
+    /// A byte block prefixed by a u32 length.
+    std::optional<std::span<const std::byte>> blob32() noexcept {
+        auto n = u32();
+        if (!n) return std::nullopt;
+        return bytes(*n);
+    }
+    [[nodiscard]] std::size_t remaining() const noexcept { return bytes_.size() - pos_; }
+
+private:
+    std::span<const std::byte> bytes_;
+    std::size_t pos_ = 0;
+};
+
+class ByteWriter {
+public:
+    void raw(std::span<const std::byte> b) { buf_.insert(buf_.end(), b.begin(), b.end()); }
+    template <class T> void scalar(T v) {
+        auto p = reinterpret_cast<const std::byte*>(&v);
+        buf_.insert(buf_.end(), p, p + sizeof(T));
+    }
+    void u8(std::uint8_t v) { scalar(v); }
+    void u16(std::uint16_t v) { scalar(v); }
+    void u32(std::uint32_t v) { scalar(v); }
+    void u64(std::uint64_t v) { scalar(v); }
+    /// Strings longer than 65535 bytes are a caller bug; they are cut, never overflow.
+    void str16(std::string_view s) {
+        auto n = s.size() > 0xffff ? 0xffff : s.size();
+        u16(static_cast<std::uint16_t>(n));
+        raw(std::as_bytes(std::span(s.data(), n)));
+    }
+    void blob32(std::span<const std::byte> b) {
+        u32(static_cast<std::uint32_t>(b.size()));
+        raw(b);
+    }
+    void patch_u64(std::size_t at, std::uint64_t v) { std::memcpy(buf_.data() + at, &v, sizeof v); }
+    [[nodiscard]] std::size_t size() const noexcept { return buf_.size(); }
+    std::vector<std::byte> take() && { return std::move(buf_); }
+
+private:
+    std::vector<std::byte> buf_;
+};
+
+} // namespace bitship

@@ -1,0 +1,96 @@
+#pragma once
+// The agent's JIT: verifies a bundle slice, retargets it to this host, optimises it, links it
+// against an allow-list only, and keeps the result in a content-addressed cache (memory + disk).
+// No LLVM type appears here: jit/ converts llvm::Error to bitship::Error at its boundary.
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <bitship/bundle.hpp>
+#include <bitship/errc.hpp>
+#include <bitship/kernel.h>
+
+namespace bitship::jit {
+
+/// What this host is, as LLVM sees it; sent to clients on connect.
+struct HostInfo {
+    std::string triple;   ///< e.g. "x86_64-pc-linux-gnu"
+    std::string cpu;      ///< e.g. "znver3"
+    std::string features; ///< e.g. "+avx2,+fma,..."
+    LlvmVersion llvm;     ///< the LLVM this agent links
+};
+
+/// Detected once, then cached.
+const HostInfo& host();
+
+/// A symbol the JIT may link kernels against.
+struct Export {
+    std::string name;
+    void* address = nullptr;
+};
+
+/// The curated libc/libm/compiler-runtime subset every agent exports (memcpy, memset, sqrt, ...).
+std::vector<Export> curated_exports();
+
+struct JitOptions {
+    /// The kernel.h runtime plus what the operator exports on purpose; the curated libc/libm
+    /// subset is added by the JIT itself. Nothing outside these resolves.
+    std::vector<Export> exports;
+    /// 0..3: the optimisation level of the compile.
+    unsigned opt_level = 2;
+    /// Where compiled slices are kept across restarts; empty keeps them in memory only.
+    std::filesystem::path cache_dir;
+};
+
+/// Where a compile spent its time, in milliseconds.
+struct CompileStats {
+    double verify_ms = 0;   ///< bundle checks, slice choice, hash check
+    double parse_ms = 0;    ///< bitcode → IR, IR verifier, allow-list check
+    double optimise_ms = 0; ///< host retargeting + the pass pipeline
+    double codegen_ms = 0;  ///< IR → object code
+    double link_ms = 0;     ///< JIT linking, symbol resolution, entry lookups
+    bool from_disk = false; ///< the slice came from the disk cache, not the wire
+    [[nodiscard]] double total_ms() const { return verify_ms + parse_ms + optimise_ms + codegen_ms + link_ms; }
+};
+
+/// One compiled slice: its entry points resolved once. Immutable after compile, so any thread
+/// may call entry(); it stays loaded while anyone holds it.
+class CompiledCode {
+public:
+    virtual ~CompiledCode() = default;
+    /// The address of kernel `name`, or entry_not_found naming it.
+    [[nodiscard]] virtual Result<bs_entry_fn> entry(std::string_view name) const = 0;
+    [[nodiscard]] virtual const CodeHash& hash() const = 0;
+    [[nodiscard]] virtual const CompileStats& stats() const = 0;
+};
+
+/// Thread-safe: several worker threads may compile at once; lookups are cheap.
+class Jit {
+public:
+    static Result<std::unique_ptr<Jit>> create(JitOptions options);
+    virtual ~Jit() = default;
+
+    /// Compiles `bundle` (usually holding just the slice for this host) and caches it under
+    /// `expected`. Errors: malformed_bundle (also: no slice hashes to `expected`),
+    /// no_matching_slice (names the bundle's triples and this host's), producer_too_new (names
+    /// both versions), invalid_bitcode, unresolved_symbol (names every missing symbol),
+    /// compile_failed. Compiling a hash already cached returns the cached code.
+    virtual Result<std::shared_ptr<const CompiledCode>> compile(std::span<const std::byte> bundle,
+                                                               const CodeHash& expected) = 0;
+
+    /// The cached code for `hash` from memory, or nullptr. Never touches the disk.
+    [[nodiscard]] virtual std::shared_ptr<const CompiledCode> find(const CodeHash& hash) const = 0;
+
+    /// Whether the disk cache holds `hash` (one stat call).
+    [[nodiscard]] virtual bool on_disk(const CodeHash& hash) const = 0;
+
+    /// Compiles `hash` from the disk cache (stats().from_disk is set), or code_missing.
+    virtual Result<std::shared_ptr<const CompiledCode>> load(const CodeHash& hash) = 0;
+};
+
+} // namespace bitship::jit
