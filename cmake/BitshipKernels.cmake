@@ -1,0 +1,1 @@
+# bitship_add_kernels: being written
