@@ -1,1 +1,101 @@
-# bitship_add_kernels: being written
+# bitship_add_kernels(TARGET name SOURCES a.c b.c [ARCHS x86_64 aarch64] [NAMESPACE ns]
+#                     [INCLUDE_DIRECTORIES dirs...] [COMPILE_OPTIONS opts...])
+#
+# Compiles each kernel source with clang (the same major version as the agents' LLVM, or older)
+# to one LLVM bitcode slice per architecture, packs the slices into a bundle, and makes a static
+# library `name` that embeds it. Its header <name.hpp> declares, in namespace `ns` (default
+# `name`), one `bitship::Kernel` per kernel entry point and `bundle()`.
+#
+# The bundle file itself is left at ${CMAKE_CURRENT_BINARY_DIR}/bitship_kernels/name/name.bundle.
+
+# Override with -DBITSHIP_KERNEL_CLANG=... to build kernels with another (same or older) clang.
+find_program(BITSHIP_KERNEL_CLANG NAMES clang-19 clang DOC "clang used to compile kernels to bitcode" REQUIRED)
+find_program(BITSHIP_KERNEL_NM NAMES llvm-nm-19 llvm-nm HINTS /usr/lib/llvm-19/bin DOC "llvm-nm listing entry points" REQUIRED)
+find_program(BITSHIP_KERNEL_LINK NAMES llvm-link-19 llvm-link HINTS /usr/lib/llvm-19/bin REQUIRED)
+
+execute_process(COMMAND ${BITSHIP_KERNEL_CLANG} --version OUTPUT_VARIABLE _bs_clang_version_text)
+string(REGEX MATCH "clang version ([0-9]+\\.[0-9]+\\.[0-9]+)" _ "${_bs_clang_version_text}")
+set(BITSHIP_KERNEL_CLANG_VERSION "${CMAKE_MATCH_1}" CACHE INTERNAL "")
+if(NOT BITSHIP_KERNEL_CLANG_VERSION)
+  message(FATAL_ERROR "bitship: cannot read the version of ${BITSHIP_KERNEL_CLANG}")
+endif()
+
+set(_bs_kernel_include_dir "${CMAKE_CURRENT_LIST_DIR}/../include")
+
+function(_bitship_arch_triple arch out_triple out_cpu)
+  if(arch STREQUAL "x86_64")
+    set(${out_triple} "x86_64-unknown-linux-gnu" PARENT_SCOPE)
+    set(${out_cpu} "x86-64" PARENT_SCOPE)
+  elseif(arch STREQUAL "aarch64")
+    set(${out_triple} "aarch64-unknown-linux-gnu" PARENT_SCOPE)
+    set(${out_cpu} "generic" PARENT_SCOPE)
+  else()
+    message(FATAL_ERROR "bitship_add_kernels: architecture '${arch}' is not supported yet (x86_64, aarch64)")
+  endif()
+endfunction()
+
+function(bitship_add_kernels)
+  cmake_parse_arguments(K "" "TARGET;NAMESPACE" "SOURCES;ARCHS;INCLUDE_DIRECTORIES;COMPILE_OPTIONS" ${ARGN})
+  if(NOT K_TARGET OR NOT K_SOURCES)
+    message(FATAL_ERROR "bitship_add_kernels: TARGET and SOURCES are required")
+  endif()
+  if(NOT K_ARCHS)
+    set(K_ARCHS ${CMAKE_SYSTEM_PROCESSOR})
+  endif()
+  if(NOT K_NAMESPACE)
+    set(K_NAMESPACE ${K_TARGET})
+  endif()
+  if(TARGET bitship-bundle)
+    set(_tool $<TARGET_FILE:bitship-bundle>)
+  else()
+    set(_tool $<TARGET_FILE:bitship::bitship-bundle>)
+  endif()
+
+  set(_out "${CMAKE_CURRENT_BINARY_DIR}/bitship_kernels/${K_TARGET}")
+  set(_slice_args)
+  set(_slice_files)
+  set(_includes)
+  foreach(dir IN LISTS K_INCLUDE_DIRECTORIES)
+    list(APPEND _includes "-I${dir}")
+  endforeach()
+  foreach(arch IN LISTS K_ARCHS)
+    _bitship_arch_triple(${arch} _triple _cpu)
+    set(_arch_bcs)
+    foreach(src IN LISTS K_SOURCES)
+      get_filename_component(_abs "${src}" ABSOLUTE)
+      get_filename_component(_stem "${src}" NAME_WE)
+      set(_bc "${_out}/${arch}/${_stem}.bc")
+      add_custom_command(OUTPUT "${_bc}"
+        COMMAND ${CMAKE_COMMAND} -E make_directory "${_out}/${arch}"
+        COMMAND ${BITSHIP_KERNEL_CLANG} --target=${_triple} -O2 -emit-llvm -c -fno-stack-protector
+                -fno-exceptions -I${_bs_kernel_include_dir} ${_includes} ${K_COMPILE_OPTIONS}
+                -o "${_bc}" "${_abs}"
+        DEPENDS "${_abs}" "${_bs_kernel_include_dir}/bitship/kernel.h"
+        COMMENT "bitship: kernel ${src} -> ${arch} bitcode"
+        VERBATIM)
+      list(APPEND _arch_bcs "${_bc}")
+    endforeach()
+    set(_linked "${_out}/${arch}.bc")
+    add_custom_command(OUTPUT "${_linked}"
+      COMMAND ${BITSHIP_KERNEL_LINK} -o "${_linked}" ${_arch_bcs}
+      DEPENDS ${_arch_bcs}
+      COMMENT "bitship: link ${K_TARGET} ${arch} slice"
+      VERBATIM)
+    list(APPEND _slice_args --slice "${_triple}:${_cpu}:${BITSHIP_KERNEL_CLANG_VERSION}:${_linked}")
+    list(APPEND _slice_files "${_linked}")
+  endforeach()
+
+  add_custom_command(
+    OUTPUT "${_out}/${K_TARGET}.bundle" "${_out}/${K_TARGET}_bundle.cpp" "${_out}/include/${K_TARGET}.hpp"
+    COMMAND ${CMAKE_COMMAND} -E make_directory "${_out}/include"
+    COMMAND ${_tool} --name ${K_TARGET} --namespace ${K_NAMESPACE} --nm ${BITSHIP_KERNEL_NM}
+            ${_slice_args} --out-bundle "${_out}/${K_TARGET}.bundle"
+            --out-cpp "${_out}/${K_TARGET}_bundle.cpp" --out-hpp "${_out}/include/${K_TARGET}.hpp"
+    DEPENDS ${_slice_files} ${_tool}
+    COMMENT "bitship: pack bundle ${K_TARGET} (${K_ARCHS})"
+    VERBATIM)
+  add_library(${K_TARGET} STATIC "${_out}/${K_TARGET}_bundle.cpp")
+  target_include_directories(${K_TARGET} PUBLIC "${_out}/include")
+  target_link_libraries(${K_TARGET} PUBLIC bitship::core)
+  set_target_properties(${K_TARGET} PROPERTIES BITSHIP_BUNDLE_FILE "${_out}/${K_TARGET}.bundle")
+endfunction()

@@ -1,0 +1,465 @@
+#include "engine.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace bitship {
+namespace {
+
+// Every send lets the receiver answer on the endpoint it came in on. (UCX 1.13 has no
+// COPY_HEADER flag: the header lives in the SendRecord until the send completes.)
+constexpr std::uint32_t kSendFlags = UCP_AM_SEND_FLAG_REPLY;
+constexpr auto kCloseTimeout = std::chrono::seconds(2);
+
+struct ConfigDeleter {
+    void operator()(ucp_config_t* c) const noexcept { ucp_config_release(c); }
+};
+
+// Keeps the payload of one send alive until UCX calls back.
+struct SendRecord {
+    wire::Encoded message;
+};
+
+struct RecvRecord {
+    Engine* engine;
+    Incoming incoming;
+};
+
+Result<sockaddr_storage> resolve(const std::string& host, std::uint16_t port) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), nullptr, &hints, &found); rc != 0)
+        return fail(Errc::invalid_argument, fmt::format("cannot resolve '{}': {}", host, gai_strerror(rc)));
+    sockaddr_storage out{};
+    std::memcpy(&out, found->ai_addr, found->ai_addrlen);
+    freeaddrinfo(found);
+    if (out.ss_family == AF_INET) reinterpret_cast<sockaddr_in*>(&out)->sin_port = htons(port);
+    else reinterpret_cast<sockaddr_in6*>(&out)->sin6_port = htons(port);
+    return out;
+}
+
+socklen_t sockaddr_len(const sockaddr_storage& s) {
+    return s.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+}
+
+} // namespace
+
+Error from_ucs(ucs_status_t status, std::string_view what) {
+    Errc code = Errc::transport_error;
+    switch (status) {
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_REJECTED:
+    case UCS_ERR_NOT_CONNECTED: code = Errc::connect_failed; break;
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_CANCELED: code = Errc::disconnected; break;
+    case UCS_ERR_TIMED_OUT: code = Errc::timeout; break;
+    case UCS_ERR_INVALID_PARAM:
+    case UCS_ERR_INVALID_ADDR: code = Errc::invalid_argument; break;
+    case UCS_ERR_BUSY: code = Errc::connect_failed; break;
+    default: break;
+    }
+    return Error{code, fmt::format("{}: {}", what, ucs_status_string(status))};
+}
+
+Result<Transport> parse_transport(std::string_view name) {
+    if (name == "any") return Transport::any;
+    if (name == "tcp") return Transport::tcp;
+    if (name == "shm") return Transport::shm;
+    return fail(Errc::invalid_argument, fmt::format("unknown transport '{}' (tcp, shm or any)", name));
+}
+
+std::string_view to_string(Transport t) noexcept {
+    switch (t) {
+    case Transport::any: return "any";
+    case Transport::tcp: return "tcp";
+    case Transport::shm: return "shm";
+    }
+    return "?";
+}
+
+Result<ProgressMode> parse_progress_mode(std::string_view name) {
+    if (name == "spin") return ProgressMode::spin;
+    if (name == "block") return ProgressMode::block;
+    if (name == "spin-then-block") return ProgressMode::spin_then_block;
+    return fail(Errc::invalid_argument, fmt::format("unknown progress mode '{}' (spin, block or spin-then-block)", name));
+}
+
+std::string_view to_string(ProgressMode m) noexcept {
+    switch (m) {
+    case ProgressMode::spin: return "spin";
+    case ProgressMode::block: return "block";
+    case ProgressMode::spin_then_block: return "spin-then-block";
+    }
+    return "?";
+}
+
+Engine::Engine(const EngineOptions& options, EngineHooks hooks) : options_(options), hooks_(std::move(hooks)) {}
+
+Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, EngineHooks hooks) {
+    std::unique_ptr<Engine> engine(new Engine(options, std::move(hooks)));
+
+    // 1. Configuration: the transport choice overrides UCX_TLS; loopback pinning only when the
+    //    environment has not chosen devices itself.
+    ucp_config_t* raw_config = nullptr;
+    if (auto s = ucp_config_read(nullptr, nullptr, &raw_config); s != UCS_OK) return tl::make_unexpected(from_ucs(s, "ucp_config_read"));
+    std::unique_ptr<ucp_config_t, ConfigDeleter> config(raw_config);
+    const char* tls = nullptr;
+    if (options.transport == Transport::tcp) tls = "tcp";
+    // Shared memory carries the data; TCP is still needed for the sockaddr handshake.
+    if (options.transport == Transport::shm) tls = "sm,self,tcp";
+    if (tls) {
+        if (auto s = ucp_config_modify(config.get(), "TLS", tls); s != UCS_OK)
+            return tl::make_unexpected(from_ucs(s, "setting UCX_TLS"));
+    }
+    if (options.loopback_only && !std::getenv("UCX_NET_DEVICES")) {
+        if (auto s = ucp_config_modify(config.get(), "NET_DEVICES", "lo"); s != UCS_OK)
+            return tl::make_unexpected(from_ucs(s, "setting UCX_NET_DEVICES"));
+    }
+
+    // 2. Context and worker.
+    ucp_params_t params{};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+    params.features = UCP_FEATURE_AM | UCP_FEATURE_WAKEUP | UCP_FEATURE_RMA;
+    params.name = "bitship";
+    ucp_context_h context = nullptr;
+    if (auto s = ucp_init(&params, config.get(), &context); s != UCS_OK) return tl::make_unexpected(from_ucs(s, "ucp_init"));
+    engine->context_.reset(context);
+
+    ucp_worker_params_t wparams{};
+    wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+    wparams.thread_mode = UCS_THREAD_MODE_SINGLE; // only the progress thread touches it
+    ucp_worker_h worker = nullptr;
+    if (auto s = ucp_worker_create(context, &wparams, &worker); s != UCS_OK)
+        return tl::make_unexpected(from_ucs(s, "ucp_worker_create"));
+    engine->worker_.reset(worker);
+    if (auto s = ucp_worker_get_efd(worker, &engine->event_fd_); s != UCS_OK)
+        return tl::make_unexpected(from_ucs(s, "ucp_worker_get_efd"));
+
+    // 3. The one AM handler.
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    handler.id = wire::kAmId;
+    handler.cb = &Engine::on_am;
+    handler.arg = engine.get();
+    handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+    if (auto s = ucp_worker_set_am_recv_handler(worker, &handler); s != UCS_OK)
+        return tl::make_unexpected(from_ucs(s, "ucp_worker_set_am_recv_handler"));
+    return engine;
+}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() {
+    thread_ = std::thread([this] { run(); });
+}
+
+void Engine::stop() {
+    if (!thread_.joinable()) return;
+    stopping_.store(true);
+    ucp_worker_signal(worker_.get());
+    thread_.join();
+}
+
+bool Engine::on_progress_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
+
+void Engine::post(std::function<void()> fn) {
+    {
+        std::lock_guard lock(posted_mutex_);
+        posted_.push_back(std::move(fn));
+        has_posted_.store(true, std::memory_order_release);
+    }
+    if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_.get());
+}
+
+ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                           const ucp_am_recv_param_t* param) noexcept {
+    auto* self = static_cast<Engine*>(arg);
+    ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+    try {
+        auto hdr = wire::decode_header(std::span(static_cast<const std::byte*>(header), header_length), length);
+        if (!hdr) {
+            std::uint64_t id = 0;
+            if (header_length >= offsetof(wire::Header, request_id) + sizeof id)
+                std::memcpy(&id, static_cast<const char*>(header) + offsetof(wire::Header, request_id), sizeof id);
+            self->bad_.push_back({ep, id, hdr.error()});
+            return UCS_OK;
+        }
+        if (length > self->options_.max_message) {
+            self->bad_.push_back({ep, hdr->request_id,
+                                  Error{Errc::too_large, fmt::format("{} message of {} bytes exceeds this agent's limit of {} bytes",
+                                                                     wire::to_string(hdr->type), length,
+                                                                     self->options_.max_message)}});
+            return UCS_OK; // a rendezvous we do not receive is dropped by UCX
+        }
+        Incoming in{ep, *hdr, std::vector<std::byte>(length)};
+        if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+            if (length) std::memcpy(in.payload.data(), data, length);
+            self->arrived_.push_back(std::move(in));
+            return UCS_OK;
+        }
+        // Rendezvous: start the receive now; the payload is queued when it lands.
+        auto* record = new RecvRecord{self, std::move(in)};
+        ucp_request_param_t rp{};
+        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+        rp.cb.recv_am = &Engine::on_recv_data;
+        rp.user_data = record;
+        auto* req = ucp_am_recv_data_nbx(self->worker_.get(), data, record->incoming.payload.data(), length, &rp);
+        if (req == nullptr) {
+            self->arrived_.push_back(std::move(record->incoming));
+            delete record;
+        } else if (UCS_PTR_IS_ERR(req)) {
+            self->bad_.push_back({ep, hdr->request_id, from_ucs(UCS_PTR_STATUS(req), "receiving a rendezvous payload")});
+            delete record;
+        }
+        return UCS_OK;
+    } catch (const std::bad_alloc&) {
+        self->bad_.push_back({ep, 0, Error{Errc::too_large, "out of memory receiving a message"}});
+        return UCS_OK;
+    }
+}
+
+void Engine::on_recv_data(void* request, ucs_status_t status, size_t length, void* user_data) noexcept {
+    auto* record = static_cast<RecvRecord*>(user_data);
+    auto* self = record->engine;
+    try {
+        if (status == UCS_OK && length == record->incoming.payload.size())
+            self->arrived_.push_back(std::move(record->incoming));
+        else
+            self->bad_.push_back({record->incoming.ep, record->incoming.header.request_id,
+                                  status == UCS_OK ? Error{Errc::malformed_message, "rendezvous payload length mismatch"}
+                                                   : from_ucs(status, "receiving a rendezvous payload")});
+    } catch (...) {
+    }
+    delete record;
+    ucp_request_free(request);
+}
+
+void Engine::on_send_done(void* request, ucs_status_t status, void* user_data) noexcept {
+    if (status != UCS_OK && status != UCS_ERR_CANCELED)
+        spdlog::debug("send failed: {}", ucs_status_string(status));
+    delete static_cast<SendRecord*>(user_data);
+    ucp_request_free(request);
+}
+
+void Engine::on_ep_failed(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept {
+    auto* self = static_cast<Engine*>(arg);
+    try {
+        self->failed_.push_back({ep, status});
+    } catch (...) {
+    }
+}
+
+void Engine::on_connection(ucp_conn_request_h request, void* arg) noexcept {
+    auto* self = static_cast<Engine*>(arg);
+    try {
+        self->conn_requests_.push_back(request);
+    } catch (...) {
+        ucp_listener_reject(self->listener_.get(), request);
+    }
+}
+
+ucp_ep_h Engine::make_ep(ucp_ep_params_t& params, Result<ucp_ep_h>& out) {
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &Engine::on_ep_failed;
+    params.err_handler.arg = this;
+    ucp_ep_h ep = nullptr;
+    if (auto s = ucp_ep_create(worker_.get(), &params, &ep); s != UCS_OK) {
+        out = tl::make_unexpected(from_ucs(s, "ucp_ep_create"));
+        return nullptr;
+    }
+    endpoints_.push_back(ep);
+    out = ep;
+    return ep;
+}
+
+Result<ucp_ep_h> Engine::connect(const std::string& host, std::uint16_t port) {
+    auto addr = resolve(host, port);
+    if (!addr) return tl::make_unexpected(addr.error());
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
+    params.sockaddr.addrlen = sockaddr_len(*addr);
+    Result<ucp_ep_h> out = nullptr;
+    make_ep(params, out);
+    if (!out) out.error().message = fmt::format("connecting to {}:{}: {}", host, port, out.error().message);
+    return out;
+}
+
+Result<ucp_ep_h> Engine::accept(ucp_conn_request_h request) {
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST;
+    params.conn_request = request;
+    Result<ucp_ep_h> out = nullptr;
+    make_ep(params, out);
+    return out;
+}
+
+Result<std::uint16_t> Engine::listen(const std::string& host, std::uint16_t port) {
+    auto addr = resolve(host, port);
+    if (!addr) return tl::make_unexpected(addr.error());
+    ucp_listener_params_t params{};
+    params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+    params.sockaddr.addr = reinterpret_cast<const sockaddr*>(&*addr);
+    params.sockaddr.addrlen = sockaddr_len(*addr);
+    params.conn_handler.cb = &Engine::on_connection;
+    params.conn_handler.arg = this;
+    ucp_listener_h listener = nullptr;
+    if (auto s = ucp_listener_create(worker_.get(), &params, &listener); s != UCS_OK) {
+        auto e = from_ucs(s, fmt::format("listening on {}:{}", host, port));
+        e.code = Errc::invalid_argument;
+        return tl::make_unexpected(e);
+    }
+    listener_.reset(listener);
+    ucp_listener_attr_t attr{};
+    attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+    if (auto s = ucp_listener_query(listener, &attr); s != UCS_OK) return tl::make_unexpected(from_ucs(s, "ucp_listener_query"));
+    const auto& sa = attr.sockaddr;
+    return sa.ss_family == AF_INET ? ntohs(reinterpret_cast<const sockaddr_in&>(sa).sin_port)
+                                   : ntohs(reinterpret_cast<const sockaddr_in6&>(sa).sin6_port);
+}
+
+void Engine::send(ucp_ep_h ep, wire::Encoded&& message) {
+    auto* record = new SendRecord{std::move(message)};
+    auto& m = record->message;
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+    rp.cb.send = &Engine::on_send_done;
+    rp.user_data = record;
+    rp.flags = kSendFlags;
+    bytes_sent_.fetch_add(m.payload.size(), std::memory_order_relaxed);
+    auto* req = ucp_am_send_nbx(ep, wire::kAmId, &m.header, sizeof m.header, m.payload.data(), m.payload.size(), &rp);
+    if (req == nullptr) {
+        delete record;
+    } else if (UCS_PTR_IS_ERR(req)) {
+        spdlog::debug("{} send failed: {}", wire::to_string(m.header.type), ucs_status_string(UCS_PTR_STATUS(req)));
+        delete record;
+    }
+}
+
+void Engine::close(ucp_ep_h ep) {
+    std::erase(endpoints_, ep);
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    auto* req = ucp_ep_close_nbx(ep, &rp);
+    if (req != nullptr && !UCS_PTR_IS_ERR(req)) {
+        // Finished by later progress; nobody waits for it.
+        ucp_request_free(req);
+    }
+}
+
+bool Engine::drain() {
+    bool did = false;
+    if (has_posted_.load(std::memory_order_acquire)) {
+        std::vector<std::function<void()>> work;
+        {
+            std::lock_guard lock(posted_mutex_);
+            work.swap(posted_);
+            has_posted_.store(false, std::memory_order_relaxed);
+        }
+        for (auto& fn : work) fn();
+        did = did || !work.empty();
+    }
+    // Swap out before dispatching: hooks may progress nothing, but may send, which can call back.
+    if (!conn_requests_.empty()) {
+        auto requests = std::move(conn_requests_);
+        conn_requests_.clear();
+        for (auto* r : requests) {
+            if (hooks_.on_conn_request) hooks_.on_conn_request(r);
+            else ucp_listener_reject(listener_.get(), r);
+        }
+        did = true;
+    }
+    if (!arrived_.empty()) {
+        auto batch = std::move(arrived_);
+        arrived_.clear();
+        for (auto& in : batch)
+            if (hooks_.on_message) hooks_.on_message(std::move(in));
+        did = true;
+    }
+    if (!bad_.empty()) {
+        auto batch = std::move(bad_);
+        bad_.clear();
+        for (auto& b : batch)
+            if (hooks_.on_bad_message) hooks_.on_bad_message(b.ep, b.request_id, b.error);
+        did = true;
+    }
+    if (!failed_.empty()) {
+        auto batch = std::move(failed_);
+        failed_.clear();
+        for (auto& f : batch) {
+            if (hooks_.on_ep_error) hooks_.on_ep_error(f.ep, from_ucs(f.status, "endpoint failed"));
+            close(f.ep);
+        }
+        did = true;
+    }
+    return did;
+}
+
+void Engine::sleep_until_event() {
+    sleeping_.store(true, std::memory_order_seq_cst);
+    // A post() that raced with us saw sleeping_ false and did not signal: look once more.
+    if (has_posted_.load(std::memory_order_seq_cst) || stopping_.load()) {
+        sleeping_.store(false);
+        return;
+    }
+    auto s = ucp_worker_arm(worker_.get());
+    if (s == UCS_OK) {
+        pollfd pfd{event_fd_, POLLIN, 0};
+        int timeout_ms = static_cast<int>(kTick.count());
+        while (::poll(&pfd, 1, timeout_ms) < 0 && errno == EINTR) {
+        }
+    }
+    // UCS_ERR_BUSY: events are pending, do not sleep.
+    sleeping_.store(false, std::memory_order_relaxed);
+}
+
+void Engine::run() {
+    using clock = std::chrono::steady_clock;
+    auto last_event = clock::now();
+    auto last_tick = last_event;
+    while (!stopping_.load(std::memory_order_relaxed)) {
+        bool did = ucp_worker_progress(worker_.get()) != 0;
+        did = drain() || did;
+        auto now = clock::now();
+        if (now - last_tick >= kTick) {
+            last_tick = now;
+            if (hooks_.on_tick) hooks_.on_tick();
+        }
+        if (did) {
+            last_event = now;
+            continue;
+        }
+        switch (options_.mode) {
+        case ProgressMode::spin: break;
+        case ProgressMode::block: sleep_until_event(); break;
+        case ProgressMode::spin_then_block:
+            if (now - last_event >= options_.spin) sleep_until_event();
+            break;
+        }
+    }
+    // Finish what was posted (replies to send, futures to fail), then close every endpoint.
+    drain();
+    for (auto* ep : std::vector(endpoints_)) close(ep);
+    auto deadline = clock::now() + kCloseTimeout;
+    while (clock::now() < deadline && ucp_worker_progress(worker_.get()) != 0) {
+    }
+    listener_.reset();
+}
+
+} // namespace bitship

@@ -1,0 +1,160 @@
+#pragma once
+// The UCX progress engine shared by clients and agents: one context, one worker, one thread
+// that progresses it. Other threads hand work to that thread with post(); UCX callbacks only
+// check, enqueue and return, and what they queued is handled after ucp_worker_progress returns.
+//
+//   auto engine = Engine::create(options, hooks);   // context + worker, no thread yet
+//   engine->start();                                 // the progress thread
+//   engine->post([&] { auto ep = engine->connect("127.0.0.1", 7000); ... });
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <ucp/api/ucp.h>
+
+#include <bitship/errc.hpp>
+#include <bitship/transport.hpp>
+
+#include "wire.hpp"
+
+namespace bitship {
+
+/// The one place a UCX status becomes a bitship error.
+Error from_ucs(ucs_status_t status, std::string_view what);
+
+struct EngineOptions {
+    Transport transport = Transport::any;
+    ProgressMode mode = ProgressMode::spin_then_block;
+    /// How long the progress thread keeps polling after the last event before it sleeps on the
+    /// worker's event fd (spin_then_block only).
+    std::chrono::microseconds spin{200};
+    /// Payloads larger than this are refused before any buffer is allocated.
+    std::uint64_t max_message = 64ull << 20;
+    /// Loopback only (UCX_NET_DEVICES=lo) unless the environment already says otherwise.
+    bool loopback_only = false;
+};
+
+/// A message whose header decoded; the payload is owned here.
+struct Incoming {
+    ucp_ep_h ep = nullptr; ///< where to answer; null if the sender asked for no reply
+    wire::Header header;
+    std::vector<std::byte> payload;
+};
+
+/// What the owner of an engine is told, always on the progress thread, never inside a UCX
+/// callback.
+struct EngineHooks {
+    std::function<void(Incoming&&)> on_message;
+    /// A message that failed its header checks (or was too large to receive).
+    std::function<void(ucp_ep_h ep, std::uint64_t request_id, const Error&)> on_bad_message;
+    /// The endpoint failed (peer died, connection refused). The engine closes it afterwards.
+    std::function<void(ucp_ep_h ep, const Error&)> on_ep_error;
+    /// A client connected to our listener; accept() it or drop it.
+    std::function<void(ucp_conn_request_h)> on_conn_request;
+    /// Called at least every kTick, for deadlines.
+    std::function<void()> on_tick;
+};
+
+class Engine {
+public:
+    static constexpr auto kTick = std::chrono::milliseconds(20);
+
+    static Result<std::unique_ptr<Engine>> create(const EngineOptions& options, EngineHooks hooks);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    /// Starts the progress thread.
+    void start();
+    /// Runs the remaining posted work, closes every endpoint, joins the thread. Idempotent.
+    void stop();
+
+    /// Runs `fn` on the progress thread. Thread-safe; wakes a sleeping progress thread.
+    void post(std::function<void()> fn);
+    [[nodiscard]] bool on_progress_thread() const noexcept;
+
+    // --- progress thread only -------------------------------------------------------------
+
+    /// Starts connecting to `host:port`; failures arrive later through on_ep_error.
+    Result<ucp_ep_h> connect(const std::string& host, std::uint16_t port);
+    /// Accepts a connection request from our listener.
+    Result<ucp_ep_h> accept(ucp_conn_request_h request);
+    /// Listens on `host:port` (port 0 picks one) and returns the bound port.
+    Result<std::uint16_t> listen(const std::string& host, std::uint16_t port);
+    /// Sends a message; the engine keeps it alive until UCX is done with it.
+    void send(ucp_ep_h ep, wire::Encoded&& message);
+    /// Closes an endpoint without waiting (outstanding sends are cancelled).
+    void close(ucp_ep_h ep);
+
+    [[nodiscard]] const EngineOptions& options() const noexcept { return options_; }
+    /// Bytes of payload handed to UCX so far (any thread).
+    [[nodiscard]] std::uint64_t bytes_sent() const noexcept { return bytes_sent_.load(std::memory_order_relaxed); }
+
+private:
+    struct ContextDeleter {
+        void operator()(ucp_context_h c) const noexcept { ucp_cleanup(c); }
+    };
+    struct WorkerDeleter {
+        void operator()(ucp_worker_h w) const noexcept { ucp_worker_destroy(w); }
+    };
+    struct ListenerDeleter {
+        void operator()(ucp_listener_h l) const noexcept { ucp_listener_destroy(l); }
+    };
+    using ContextPtr = std::unique_ptr<std::remove_pointer_t<ucp_context_h>, ContextDeleter>;
+    using WorkerPtr = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDeleter>;
+    using ListenerPtr = std::unique_ptr<std::remove_pointer_t<ucp_listener_h>, ListenerDeleter>;
+
+    Engine(const EngineOptions& options, EngineHooks hooks);
+    void run();
+    bool drain();
+    void sleep_until_event();
+    ucp_ep_h make_ep(ucp_ep_params_t& params, Result<ucp_ep_h>& out);
+
+    static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data, size_t length,
+                              const ucp_am_recv_param_t* param) noexcept;
+    static void on_recv_data(void* request, ucs_status_t status, size_t length, void* user_data) noexcept;
+    static void on_send_done(void* request, ucs_status_t status, void* user_data) noexcept;
+    static void on_ep_failed(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept;
+    static void on_connection(ucp_conn_request_h request, void* arg) noexcept;
+
+    EngineOptions options_;
+    EngineHooks hooks_;
+    ContextPtr context_;
+    WorkerPtr worker_;
+    ListenerPtr listener_;
+    int event_fd_ = -1;
+
+    std::thread thread_;
+    std::atomic<bool> stopping_{false};
+    std::atomic<bool> sleeping_{false};
+    std::atomic<std::uint64_t> bytes_sent_{0};
+
+    std::mutex posted_mutex_;
+    std::vector<std::function<void()>> posted_;
+    std::atomic<bool> has_posted_{false};
+
+    // Filled by UCX callbacks on the progress thread, drained by it after progress returns.
+    struct BadMessage {
+        ucp_ep_h ep;
+        std::uint64_t request_id;
+        Error error;
+    };
+    struct EpFailure {
+        ucp_ep_h ep;
+        ucs_status_t status;
+    };
+    std::vector<Incoming> arrived_;
+    std::vector<BadMessage> bad_;
+    std::vector<EpFailure> failed_;
+    std::vector<ucp_conn_request_h> conn_requests_;
+    std::vector<ucp_ep_h> endpoints_; ///< open endpoints, closed at stop()
+};
+
+} // namespace bitship

@@ -1,0 +1,237 @@
+#include "wire.hpp"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "byte_io.hpp"
+
+namespace bitship::wire {
+namespace {
+
+constexpr std::size_t kMaxMessageText = 64 * 1024;
+
+Encoded start(Type type, std::uint64_t id) {
+    Encoded e;
+    e.header.type = type;
+    e.header.request_id = id;
+    return e;
+}
+
+Encoded finish(Encoded e, ByteWriter&& w) {
+    e.payload = std::move(w).take();
+    e.header.payload_size = static_cast<std::uint32_t>(e.payload.size());
+    return e;
+}
+
+tl::unexpected<Error> truncated(Type t, std::string_view field) {
+    return fail(Errc::malformed_message, fmt::format("{} message: '{}' runs past the end of the payload", to_string(t), field));
+}
+
+} // namespace
+
+std::string_view to_string(Type t) noexcept {
+    switch (t) {
+    case Type::hello: return "HELLO";
+    case Type::welcome: return "WELCOME";
+    case Type::run: return "RUN";
+    case Type::need_code: return "NEED_CODE";
+    case Type::result: return "RESULT";
+    case Type::error: return "ERROR";
+    case Type::ping: return "PING";
+    case Type::pong: return "PONG";
+    case Type::stats: return "STATS";
+    case Type::stats_reply: return "STATS_REPLY";
+    }
+    return "UNKNOWN";
+}
+
+Result<Header> decode_header(std::span<const std::byte> bytes, std::size_t payload_size) {
+    if (bytes.size() != sizeof(Header))
+        return fail(Errc::malformed_message, fmt::format("header is {} bytes, expected {}", bytes.size(), sizeof(Header)));
+    Header h;
+    std::memcpy(&h, bytes.data(), sizeof h);
+    if (h.magic != kMagic) return fail(Errc::malformed_message, fmt::format("bad magic {:#010x} (not a bitship message)", h.magic));
+    if (h.version != kVersion)
+        return fail(Errc::unsupported_version, fmt::format("wire version {} (this build speaks {})", h.version, kVersion));
+    if (h.payload_size != payload_size)
+        return fail(Errc::malformed_message, fmt::format("{} header declares {} payload bytes but {} arrived (truncated or padded)",
+                                                         to_string(h.type), h.payload_size, payload_size));
+    return h;
+}
+
+Result<Message> decode(const Header& header, std::span<const std::byte> payload) {
+    ByteReader in(payload);
+    Message m{header, Empty{}};
+    const auto t = header.type;
+    switch (t) {
+    case Type::hello: {
+        auto client = in.str16();
+        if (!client) return truncated(t, "client");
+        m.body = Hello{*client};
+        break;
+    }
+    case Type::welcome: {
+        Welcome w;
+        auto agent = in.str16(), triple = in.str16(), cpu = in.str16();
+        auto major = in.u16(), minor = in.u16(), patch = in.u16();
+        auto max_message = in.u64();
+        auto max_args = in.u32(), max_result = in.u32(), cores = in.u32(), workers = in.u32();
+        auto instance = in.u64();
+        if (!instance) return truncated(t, "fields");
+        w.agent = *agent;
+        w.triple = *triple;
+        w.cpu = *cpu;
+        w.llvm = {*major, *minor, *patch};
+        w.limits = {*max_message, *max_args, *max_result};
+        w.cores = *cores;
+        w.workers = *workers;
+        w.instance = *instance;
+        m.body = w;
+        break;
+    }
+    case Type::run: {
+        Run r;
+        auto hash = in.bytes(32);
+        if (!hash) return truncated(t, "hash");
+        std::memcpy(r.hash.data(), hash->data(), 32);
+        auto hops = in.u8();
+        auto entry = in.str16();
+        if (!entry) return truncated(t, "entry");
+        auto args = in.blob32();
+        if (!args) return truncated(t, "args");
+        auto code = in.blob32();
+        if (!code) return truncated(t, "code");
+        if (entry->empty()) return fail(Errc::malformed_message, "RUN message names no entry point");
+        r.hop_budget = *hops;
+        r.entry = *entry;
+        r.args = *args;
+        r.code = *code;
+        m.body = r;
+        break;
+    }
+    case Type::need_code: {
+        auto hash = in.bytes(32);
+        if (!hash) return truncated(t, "hash");
+        NeedCode n;
+        std::memcpy(n.hash.data(), hash->data(), 32);
+        m.body = n;
+        break;
+    }
+    case Type::result: m.body = ResultMsg{payload}; return m;
+    case Type::error: {
+        auto code = in.u32();
+        auto kcode = in.u32();
+        auto text = in.blob32();
+        if (!text) return truncated(t, "message");
+        ErrorMsg e;
+        e.code = static_cast<Errc>(*code);
+        if (*code > static_cast<std::uint32_t>(Errc::internal)) e.code = Errc::internal;
+        e.kernel_code = static_cast<std::int32_t>(*kcode);
+        e.message = std::string_view(reinterpret_cast<const char*>(text->data()), text->size());
+        m.body = e;
+        break;
+    }
+    case Type::ping:
+    case Type::pong: m.body = Ping{payload}; return m;
+    case Type::stats: m.body = Empty{}; break;
+    case Type::stats_reply: {
+        auto count = in.u32();
+        if (!count) return truncated(t, "count");
+        StatsReply s;
+        // Each counter takes at least 10 bytes; refuse counts the payload cannot hold.
+        if (*count > in.remaining() / 10) return truncated(t, "counters");
+        for (std::uint32_t i = 0; i < *count; ++i) {
+            auto name = in.str16();
+            auto value = in.u64();
+            if (!value) return truncated(t, "counters");
+            s.counters.emplace_back(*name, *value);
+        }
+        m.body = std::move(s);
+        break;
+    }
+    default:
+        return fail(Errc::unknown_message, fmt::format("unknown message type {} (this build knows 1..10)",
+                                                       static_cast<unsigned>(t)));
+    }
+    if (in.remaining() != 0)
+        return fail(Errc::malformed_message,
+                    fmt::format("{} message has {} unexpected trailing bytes", to_string(t), in.remaining()));
+    return m;
+}
+
+Encoded encode_hello(std::string_view client) {
+    ByteWriter w;
+    w.str16(client);
+    return finish(start(Type::hello, 0), std::move(w));
+}
+
+Encoded encode_welcome(const Welcome& x) {
+    ByteWriter w;
+    w.str16(x.agent);
+    w.str16(x.triple);
+    w.str16(x.cpu);
+    w.u16(x.llvm.major);
+    w.u16(x.llvm.minor);
+    w.u16(x.llvm.patch);
+    w.u64(x.limits.max_message);
+    w.u32(x.limits.max_args);
+    w.u32(x.limits.max_result);
+    w.u32(x.cores);
+    w.u32(x.workers);
+    w.u64(x.instance);
+    return finish(start(Type::welcome, 0), std::move(w));
+}
+
+Encoded encode_run(std::uint64_t id, const Run& r) {
+    ByteWriter w;
+    w.raw(std::as_bytes(std::span(r.hash)));
+    w.u8(r.hop_budget);
+    w.str16(r.entry);
+    w.blob32(r.args);
+    w.blob32(r.code);
+    return finish(start(Type::run, id), std::move(w));
+}
+
+Encoded encode_need_code(std::uint64_t id, const CodeHash& hash) {
+    ByteWriter w;
+    w.raw(std::as_bytes(std::span(hash)));
+    return finish(start(Type::need_code, id), std::move(w));
+}
+
+Encoded encode_result(std::uint64_t id, std::vector<std::byte> bytes) {
+    auto e = start(Type::result, id);
+    e.payload = std::move(bytes);
+    e.header.payload_size = static_cast<std::uint32_t>(e.payload.size());
+    return e;
+}
+
+Encoded encode_error(std::uint64_t id, Errc code, std::string_view message, std::int32_t kernel_code) {
+    ByteWriter w;
+    w.u32(static_cast<std::uint32_t>(code));
+    w.u32(static_cast<std::uint32_t>(kernel_code));
+    if (message.size() > kMaxMessageText) message = message.substr(0, kMaxMessageText);
+    w.blob32(std::as_bytes(std::span(message.data(), message.size())));
+    return finish(start(Type::error, id), std::move(w));
+}
+
+Encoded encode_ping(Type type, std::uint64_t id, std::span<const std::byte> bytes) {
+    auto e = start(type, id);
+    e.payload.assign(bytes.begin(), bytes.end());
+    e.header.payload_size = static_cast<std::uint32_t>(e.payload.size());
+    return e;
+}
+
+Encoded encode_stats(std::uint64_t id) { return start(Type::stats, id); }
+
+Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters) {
+    ByteWriter w;
+    w.u32(static_cast<std::uint32_t>(counters.size()));
+    for (const auto& [name, value] : counters) {
+        w.str16(name);
+        w.u64(value);
+    }
+    return finish(start(Type::stats_reply, id), std::move(w));
+}
+
+} // namespace bitship::wire

@@ -1,0 +1,136 @@
+#pragma once
+// The wire protocol: a fixed, versioned header carried as the UCX AM header, and a payload
+// carried as the AM data (eager or rendezvous). Decoding checks every length and offset before
+// use and returns views into the payload buffer, which the caller keeps alive.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <bitship/bundle.hpp>
+#include <bitship/errc.hpp>
+
+namespace bitship::wire {
+
+/// The single UCX active-message id bitship registers; the message type is in our header.
+inline constexpr unsigned kAmId = 0xb5;
+inline constexpr std::uint32_t kMagic = 0x50485342; // "BSHP"
+inline constexpr std::uint8_t kVersion = 1;
+
+enum class Type : std::uint8_t {
+    hello = 1,       ///< client → agent: first message on a connection
+    welcome = 2,     ///< agent → client: what the agent is (triple, CPU, LLVM, limits)
+    run = 3,         ///< run kernel `entry` of code `hash` with `args`; code attached or not
+    need_code = 4,   ///< agent → client: resend request `id` with its code attached
+    result = 5,      ///< agent → caller: the kernel's reply bytes
+    error = 6,       ///< agent → caller: an Errc, the kernel's own code, and a message
+    ping = 7,        ///< raw round trip: answered by the agent's progress thread
+    pong = 8,
+    stats = 9,       ///< ask for the agent's counters
+    stats_reply = 10,
+};
+
+std::string_view to_string(Type t) noexcept;
+
+/// The AM header of every message: 24 bytes.
+struct Header {
+    std::uint32_t magic = kMagic;
+    std::uint8_t version = kVersion;
+    Type type{};
+    std::uint16_t flags = 0;
+    std::uint64_t request_id = 0;
+    std::uint32_t payload_size = 0; ///< must equal the AM data length
+    std::uint32_t reserved = 0;
+};
+static_assert(sizeof(Header) == 24);
+
+/// Checks magic, version and the declared payload size against what arrived.
+Result<Header> decode_header(std::span<const std::byte> bytes, std::size_t payload_size);
+
+/// Agent limits, sent in WELCOME so clients never send what would be refused.
+struct Limits {
+    std::uint64_t max_message = 64ull << 20; ///< largest payload accepted (code + args)
+    std::uint32_t max_args = 1u << 20;
+    std::uint32_t max_result = 16u << 20;
+};
+
+struct Hello {
+    std::string_view client;
+};
+
+struct Welcome {
+    std::string_view agent;   ///< "host:port" as the agent knows itself
+    std::string_view triple;
+    std::string_view cpu;
+    LlvmVersion llvm;
+    Limits limits;
+    std::uint32_t cores = 0;
+    std::uint32_t workers = 0;
+    std::uint64_t instance = 0; ///< random per agent start
+};
+
+struct Run {
+    CodeHash hash{};
+    std::uint8_t hop_budget = 0;
+    std::string_view entry;
+    std::span<const std::byte> args;
+    std::span<const std::byte> code; ///< a bundle, or empty when the agent should have it
+};
+
+struct NeedCode {
+    CodeHash hash{};
+};
+
+struct ResultMsg {
+    std::span<const std::byte> bytes;
+};
+
+struct ErrorMsg {
+    Errc code = Errc::internal;
+    std::int32_t kernel_code = 0; ///< bs_fail's code, when code == kernel_failed
+    std::string_view message;
+};
+
+struct Ping {
+    std::span<const std::byte> bytes;
+};
+
+struct StatsReply {
+    std::vector<std::pair<std::string_view, std::uint64_t>> counters;
+};
+
+struct Empty {};
+
+using Body = std::variant<Hello, Welcome, Run, NeedCode, ResultMsg, ErrorMsg, Ping, StatsReply, Empty>;
+
+/// A decoded message: views into the payload buffer it was decoded from.
+struct Message {
+    Header header;
+    Body body;
+};
+
+/// Decodes a payload whose header already passed decode_header().
+Result<Message> decode(const Header& header, std::span<const std::byte> payload);
+
+/// An encoded message: header and payload, kept alive until UCX is done sending them.
+struct Encoded {
+    Header header;
+    std::vector<std::byte> payload;
+};
+
+Encoded encode_hello(std::string_view client);
+Encoded encode_welcome(const Welcome& w);
+Encoded encode_run(std::uint64_t id, const Run& r);
+Encoded encode_need_code(std::uint64_t id, const CodeHash& hash);
+Encoded encode_result(std::uint64_t id, std::vector<std::byte> bytes);
+Encoded encode_error(std::uint64_t id, Errc code, std::string_view message, std::int32_t kernel_code = 0);
+Encoded encode_ping(Type type, std::uint64_t id, std::span<const std::byte> bytes);
+Encoded encode_stats(std::uint64_t id);
+Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters);
+
+} // namespace bitship::wire
