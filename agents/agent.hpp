@@ -1,0 +1,61 @@
+#pragma once
+// xagent's core: accepts clients, answers HELLO with what this host is, and runs shipped
+// kernels. The progress thread decodes and routes; compiles and kernels run on the worker pool.
+//
+//   auto agent = Agent::start(config);     // listening when this returns
+//   fmt::print("{}\n", (*agent)->address());
+//   ...                                    // until SIGINT/SIGTERM
+//   (*agent)->stop();
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <bitship/errc.hpp>
+#include <bitship/transport.hpp>
+
+#include "jit.hpp"
+#include "wire.hpp"
+
+namespace bitship::agent {
+
+struct AgentConfig {
+    std::string host = "127.0.0.1";
+    std::uint16_t port = 0; ///< 0 picks a free port
+    Transport transport = Transport::any;
+    ProgressMode progress = ProgressMode::spin_then_block;
+    std::chrono::microseconds spin{200};
+    unsigned workers = 0; ///< 0: one per core
+    std::filesystem::path cache_dir;
+    unsigned opt_level = 2;
+    std::chrono::milliseconds kernel_timeout{10000};
+    wire::Limits limits;
+    bool loopback_only = false;
+    /// Symbols the operator exports to kernels on purpose, beyond the runtime and libc subset.
+    std::vector<jit::Export> exports;
+};
+
+class Agent {
+public:
+    static Result<std::unique_ptr<Agent>> start(const AgentConfig& config);
+    ~Agent();
+    /// Stops accepting work, finishes running kernels, answers queued ones with
+    /// shutting_down, closes every connection. Idempotent.
+    void stop();
+    /// "host:port" actually bound.
+    [[nodiscard]] std::string address() const;
+    [[nodiscard]] std::uint16_t port() const;
+    /// Counter name → value.
+    [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
+
+    struct Impl;
+
+private:
+    explicit Agent(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace bitship::agent
