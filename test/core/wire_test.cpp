@@ -1,0 +1,143 @@
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include "wire.hpp"
+
+using namespace bitship;
+
+namespace {
+
+std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
+
+wire::Encoded sample_run() {
+    wire::Run r;
+    r.hash.fill(7);
+    r.hop_budget = 3;
+    r.entry = "add";
+    static const std::string args = "0123456789abcdef";
+    static const std::string code = "pretend-bundle";
+    r.args = as_bytes(args);
+    r.code = as_bytes(code);
+    return wire::encode_run(42, r);
+}
+
+std::span<const std::byte> header_bytes(const wire::Header& h) { return std::as_bytes(std::span(&h, 1)); }
+
+} // namespace
+
+TEST_CASE("a RUN message survives encode and decode", "[unit]") {
+    auto e = sample_run();
+    auto h = wire::decode_header(header_bytes(e.header), e.payload.size());
+    REQUIRE(h);
+    CHECK(h->request_id == 42);
+    auto m = wire::decode(*h, e.payload);
+    REQUIRE(m);
+    const auto& r = std::get<wire::Run>(m->body);
+    CHECK(r.entry == "add");
+    CHECK(r.hop_budget == 3);
+    CHECK(r.hash[31] == 7);
+    CHECK(r.args.size() == 16);
+    CHECK(std::string(reinterpret_cast<const char*>(r.code.data()), r.code.size()) == "pretend-bundle");
+}
+
+TEST_CASE("every truncation of a RUN payload is refused as malformed, never read past", "[unit]") {
+    auto e = sample_run();
+    for (std::size_t n = 0; n < e.payload.size(); ++n) {
+        auto h = e.header;
+        h.payload_size = static_cast<std::uint32_t>(n);
+        std::vector<std::byte> cut(e.payload.begin(), e.payload.begin() + static_cast<std::ptrdiff_t>(n));
+        auto m = wire::decode(h, cut);
+        REQUIRE_FALSE(m);
+        CHECK(m.error().code == Errc::malformed_message);
+    }
+}
+
+TEST_CASE("trailing bytes after a message are refused", "[unit]") {
+    auto e = sample_run();
+    e.payload.push_back(std::byte{0});
+    e.header.payload_size += 1;
+    auto m = wire::decode(e.header, e.payload);
+    REQUIRE_FALSE(m);
+    CHECK(m.error().code == Errc::malformed_message);
+}
+
+TEST_CASE("a header whose declared size differs from what arrived is refused", "[unit]") {
+    auto e = sample_run();
+    auto h = wire::decode_header(header_bytes(e.header), e.payload.size() - 1);
+    REQUIRE_FALSE(h);
+    CHECK(h.error().code == Errc::malformed_message);
+    CHECK_THAT(h.error().message, Catch::Contains("truncated"));
+}
+
+TEST_CASE("bad magic, wrong version and short headers are refused by code", "[unit]") {
+    auto e = sample_run();
+    auto bad = e.header;
+    bad.magic = 0xdeadbeef;
+    CHECK(wire::decode_header(header_bytes(bad), e.payload.size()).error().code == Errc::malformed_message);
+    bad = e.header;
+    bad.version = 9;
+    CHECK(wire::decode_header(header_bytes(bad), e.payload.size()).error().code == Errc::unsupported_version);
+    CHECK(wire::decode_header(header_bytes(e.header).first(10), e.payload.size()).error().code == Errc::malformed_message);
+}
+
+TEST_CASE("an unknown message type is refused as unknown_message", "[unit]") {
+    wire::Header h;
+    h.type = static_cast<wire::Type>(99);
+    auto m = wire::decode(h, {});
+    REQUIRE_FALSE(m);
+    CHECK(m.error().code == Errc::unknown_message);
+}
+
+TEST_CASE("ERROR, WELCOME and STATS_REPLY round trip", "[unit]") {
+    auto e = wire::encode_error(5, Errc::unresolved_symbol, "kernel references 'system'", 0);
+    auto m = wire::decode(e.header, e.payload);
+    REQUIRE(m);
+    auto err = std::get<wire::ErrorMsg>(m->body);
+    CHECK(err.code == Errc::unresolved_symbol);
+    CHECK(err.message == "kernel references 'system'");
+
+    wire::Welcome w;
+    w.agent = "127.0.0.1:7000";
+    w.triple = "x86_64-pc-linux-gnu";
+    w.cpu = "znver4";
+    w.llvm = {19, 1, 7};
+    w.cores = 2;
+    w.workers = 2;
+    w.instance = 0x1234;
+    auto we = wire::encode_welcome(w);
+    auto wm = wire::decode(we.header, we.payload);
+    REQUIRE(wm);
+    auto got = std::get<wire::Welcome>(wm->body);
+    CHECK(got.triple == "x86_64-pc-linux-gnu");
+    CHECK(got.llvm == LlvmVersion{19, 1, 7});
+    CHECK(got.instance == 0x1234);
+    CHECK(got.limits.max_args == wire::Limits{}.max_args);
+
+    std::vector<std::pair<std::string, std::uint64_t>> counters{{"runs", 3}, {"results", 2}};
+    auto se = wire::encode_stats_reply(1, counters);
+    auto sm = wire::decode(se.header, se.payload);
+    REQUIRE(sm);
+    auto s = std::get<wire::StatsReply>(sm->body);
+    REQUIRE(s.counters.size() == 2);
+    CHECK(s.counters[1].first == "results");
+    CHECK(s.counters[1].second == 2);
+}
+
+TEST_CASE("a STATS_REPLY claiming more counters than bytes is refused", "[unit]") {
+    wire::Header h;
+    h.type = wire::Type::stats_reply;
+    std::vector<std::byte> payload(4);
+    std::uint32_t huge = 0xffffffff;
+    std::memcpy(payload.data(), &huge, 4);
+    auto m = wire::decode(h, payload);
+    REQUIRE_FALSE(m);
+    CHECK(m.error().code == Errc::malformed_message);
+}
+
+TEST_CASE("an error code from a newer peer decodes as internal, not as garbage", "[unit]") {
+    auto e = wire::encode_error(5, static_cast<Errc>(9999), "from the future");
+    auto m = wire::decode(e.header, e.payload);
+    REQUIRE(m);
+    CHECK(std::get<wire::ErrorMsg>(m->body).code == Errc::internal);
+}
