@@ -1,6 +1,7 @@
 #include "agent.hpp"
 
 #include <atomic>
+#include <cstdlib>
 #include <random>
 #include <unordered_map>
 
@@ -290,6 +291,9 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     unsigned workers = config.workers ? config.workers : impl->topology.cores;
     impl->pool = std::make_unique<WorkerPool>(workers, config.spin);
 
+    // A restarted agent must be able to take its port back while the old connections sit in
+    // TIME_WAIT (SO_REUSEADDR); an operator's own UCX_CM_REUSEADDR still wins.
+    setenv("UCX_CM_REUSEADDR", "y", 0);
     EngineOptions eo;
     eo.transport = config.transport;
     eo.mode = config.progress;

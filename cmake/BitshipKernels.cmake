@@ -20,6 +20,8 @@ if(NOT BITSHIP_KERNEL_CLANG_VERSION)
   message(FATAL_ERROR "bitship: cannot read the version of ${BITSHIP_KERNEL_CLANG}")
 endif()
 
+execute_process(COMMAND ${BITSHIP_KERNEL_CLANG} -print-resource-dir OUTPUT_VARIABLE BITSHIP_KERNEL_CLANG_RESOURCE_DIR
+                OUTPUT_STRIP_TRAILING_WHITESPACE)
 set(_bs_kernel_include_dir "${CMAKE_CURRENT_LIST_DIR}/../include")
 
 function(_bitship_arch_triple arch out_triple out_cpu)
@@ -60,6 +62,17 @@ function(bitship_add_kernels)
   endforeach()
   foreach(arch IN LISTS K_ARCHS)
     _bitship_arch_triple(${arch} _triple _cpu)
+    # Another architecture's slice needs that architecture's C headers: Debian's cross libc
+    # (libc6-dev-arm64-cross) when installed, else freestanding (kernel.h alone still works).
+    set(_arch_flags)
+    if(NOT arch STREQUAL CMAKE_SYSTEM_PROCESSOR)
+      if(EXISTS "/usr/${arch}-linux-gnu/include")
+        set(_arch_flags -nostdinc -isystem ${BITSHIP_KERNEL_CLANG_RESOURCE_DIR}/include
+                        -isystem /usr/${arch}-linux-gnu/include)
+      else()
+        set(_arch_flags -ffreestanding)
+      endif()
+    endif()
     set(_arch_bcs)
     foreach(src IN LISTS K_SOURCES)
       get_filename_component(_abs "${src}" ABSOLUTE)
@@ -68,7 +81,7 @@ function(bitship_add_kernels)
       add_custom_command(OUTPUT "${_bc}"
         COMMAND ${CMAKE_COMMAND} -E make_directory "${_out}/${arch}"
         COMMAND ${BITSHIP_KERNEL_CLANG} --target=${_triple} -O2 -emit-llvm -c -fno-stack-protector
-                -fno-exceptions -I${_bs_kernel_include_dir} ${_includes} ${K_COMPILE_OPTIONS}
+                -fno-exceptions ${_arch_flags} -I${_bs_kernel_include_dir} ${_includes} ${K_COMPILE_OPTIONS}
                 -o "${_bc}" "${_abs}"
         DEPENDS "${_abs}" "${_bs_kernel_include_dir}/bitship/kernel.h"
         COMMENT "bitship: kernel ${src} -> ${arch} bitcode"

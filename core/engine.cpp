@@ -421,7 +421,8 @@ void Engine::sleep_until_event() {
     auto s = ucp_worker_arm(worker_.get());
     if (s == UCS_OK) {
         pollfd pfd{event_fd_, POLLIN, 0};
-        int timeout_ms = static_cast<int>(kTick.count());
+        // Owners with deadlines get a tick; the others sleep until something happens.
+        int timeout_ms = hooks_.on_tick ? static_cast<int>(kTick.count()) : -1;
         while (::poll(&pfd, 1, timeout_ms) < 0 && errno == EINTR) {
         }
     }

@@ -1,0 +1,110 @@
+#include "agent_process.hpp"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace bitship::test {
+namespace {
+constexpr auto kStartTimeout = std::chrono::seconds(20);
+constexpr auto kStopTimeout = std::chrono::seconds(5);
+} // namespace
+
+std::filesystem::path make_temp_dir(const std::string& prefix) {
+    std::string templ = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
+    if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
+    return templ;
+}
+
+AgentProcess::AgentProcess(std::string transport, std::vector<std::string> extra, std::uint16_t port)
+    : dir_(make_temp_dir("bitship-agent-")) {
+    auto port_file = dir_ / "port";
+    auto log_file = dir_ / "agent.log";
+    std::vector<std::string> args{BITSHIP_XAGENT, "--listen", "127.0.0.1:" + std::to_string(port), "--transport", transport,
+                                  "--port-file", port_file.string(), "--loopback", "--log-level", "info"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+        FILE* log = std::fopen(log_file.c_str(), "w");
+        if (log) {
+            dup2(fileno(log), STDOUT_FILENO);
+            dup2(fileno(log), STDERR_FILENO);
+        }
+        std::vector<char*> argv;
+        for (auto& a : args) argv.push_back(a.data());
+        argv.push_back(nullptr);
+        execv(argv[0], argv.data());
+        _exit(127);
+    }
+    auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        std::ifstream in(port_file);
+        unsigned p = 0;
+        if (in >> p && p > 0) {
+            port_ = static_cast<std::uint16_t>(p);
+            return;
+        }
+        int status = 0;
+        if (waitpid(pid_, &status, WNOHANG) == pid_) {
+            pid_ = -1;
+            throw std::runtime_error("xagent exited at start:\n" + log());
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    stop(SIGKILL);
+    throw std::runtime_error("xagent did not listen within the start timeout:\n" + log());
+}
+
+AgentProcess::~AgentProcess() {
+    if (pid_ > 0) stop(SIGTERM);
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+}
+
+std::string AgentProcess::log() const {
+    std::ifstream in(dir_ / "agent.log");
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+int AgentProcess::stop(int sig) {
+    if (pid_ <= 0) return -1;
+    kill(pid_, sig);
+    auto deadline = std::chrono::steady_clock::now() + kStopTimeout;
+    int status = 0;
+    while (waitpid(pid_, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            kill(pid_, SIGKILL);
+            waitpid(pid_, &status, 0);
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    pid_ = -1;
+    return status;
+}
+
+double AgentProcess::cpu_ms() const {
+    std::ifstream in("/proc/" + std::to_string(pid_) + "/stat");
+    std::string line;
+    std::getline(in, line);
+    // Fields after the ")" that closes the command name; utime and stime are fields 14 and 15.
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    std::string field;
+    unsigned long utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && rest >> field; ++i) {
+        if (i == 14) utime = std::stoul(field);
+        if (i == 15) stime = std::stoul(field);
+    }
+    return (utime + stime) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+} // namespace bitship::test

@@ -1,0 +1,42 @@
+#pragma once
+// A real xagent process for integration tests: started on a free loopback port, stopped (or
+// killed) when the test says or when this object dies.
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace bitship::test {
+
+class AgentProcess {
+public:
+    /// Starts xagent with `--transport transport --listen 127.0.0.1:port` plus `extra`, and waits
+    /// for it to listen. Throws (failing the test) if it does not within kStartTimeout.
+    AgentProcess(std::string transport, std::vector<std::string> extra = {}, std::uint16_t port = 0);
+    ~AgentProcess();
+    AgentProcess(const AgentProcess&) = delete;
+    AgentProcess& operator=(const AgentProcess&) = delete;
+
+    [[nodiscard]] std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+    [[nodiscard]] std::uint16_t port() const { return port_; }
+    [[nodiscard]] pid_t pid() const { return pid_; }
+    /// The agent's log so far (for failure messages).
+    [[nodiscard]] std::string log() const;
+    /// Sends `sig` and waits for the process to end; returns its exit status as waitpid gives it.
+    int stop(int sig);
+    /// CPU time (user + system) the process has used, in milliseconds.
+    [[nodiscard]] double cpu_ms() const;
+
+private:
+    std::filesystem::path dir_;
+    pid_t pid_ = -1;
+    std::uint16_t port_ = 0;
+};
+
+/// A fresh empty directory under the system temp dir.
+std::filesystem::path make_temp_dir(const std::string& prefix);
+
+} // namespace bitship::test

@@ -1,0 +1,47 @@
+/* Kernels that behave well and badly, for the agent's integration tests. */
+#include <bitship/kernel.h>
+#include <string.h>
+
+struct add_args {
+    uint64_t a, b;
+};
+
+BS_KERNEL(add) {
+    size_t len;
+    const struct add_args* in = (const struct add_args*)bs_args(ctx, &len);
+    if (len != sizeof *in) {
+        bs_fail(ctx, 1, "add: expected two uint64_t arguments");
+        return;
+    }
+    uint64_t sum = in->a + in->b;
+    bs_reply(ctx, &sum, sizeof sum);
+}
+
+/* Replies with its arguments: large ones travel by rendezvous both ways. */
+BS_KERNEL(echo) {
+    size_t len;
+    const void* in = bs_args(ctx, &len);
+    bs_reply(ctx, in, len);
+}
+
+BS_KERNEL(fail_with_42) { bs_fail(ctx, 42, "the answer is not allowed here"); }
+
+BS_KERNEL(write_null) {
+    volatile int* p = (volatile int*)0;
+    *p = (int)(uintptr_t)ctx;
+}
+
+BS_KERNEL(spin_forever) {
+    volatile uint64_t x = 0;
+    for (;;) x = x + 1;
+}
+
+BS_KERNEL(reply_twice) {
+    uint32_t one = 1, two = 2;
+    int first = bs_reply(ctx, &one, sizeof one);
+    int second = bs_reply(ctx, &two, sizeof two);
+    (void)first;
+    (void)second;
+}
+
+BS_KERNEL(silent) { (void)ctx; }

@@ -1,0 +1,319 @@
+// Integration tests: real xagent processes, real UCX over loopback (TCP and shared memory),
+// real LLVM JIT. Nothing here is pre-installed on the agents: every kernel travels as bitcode.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include <bitship/client.hpp>
+#include <behaviour_kernels.hpp>
+#include <forbidden_kernels.hpp>
+#include <other_arch_kernels.hpp>
+
+#include "agent_process.hpp"
+
+using namespace bitship;
+using bitship::test::AgentProcess;
+using namespace std::chrono_literals;
+
+namespace {
+
+Client make_client(const std::string& transport, std::chrono::milliseconds call_timeout = 30s) {
+    ClientOptions o;
+    o.transport = *parse_transport(transport);
+    o.loopback_only = true;
+    o.call_timeout = call_timeout;
+    auto c = Client::create(o);
+    REQUIRE(c);
+    return std::move(*c);
+}
+
+std::map<std::string, std::uint64_t> agent_counters(Client& client, const Target& t) {
+    auto s = client.agent_stats(t);
+    REQUIRE(s);
+    return {s->begin(), s->end()};
+}
+
+Target connect(Client& client, const AgentProcess& agent) {
+    auto t = client.connect(agent.address());
+    INFO(agent.log());
+    REQUIRE(t);
+    return *t;
+}
+
+} // namespace
+
+TEST_CASE("a shipped kernel returns the right result", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO("transport " << transport);
+    AgentProcess agent(transport);
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+    CHECK(target.info().triple.find("x86_64") == 0);
+    CHECK(target.info().llvm.major >= 19);
+
+    auto sum = client.ship(behaviour_kernels::add, target, std::uint64_t{40}, std::uint64_t{2}).get_as<std::uint64_t>();
+    INFO(agent.log());
+    REQUIRE(sum);
+    CHECK(*sum == 42);
+}
+
+TEST_CASE("a cached kernel is not resent", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    AgentProcess agent(transport);
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+    for (std::uint64_t i = 0; i < 5; ++i) {
+        auto r = client.ship(behaviour_kernels::add, target, i, i).get_as<std::uint64_t>();
+        REQUIRE(r);
+        CHECK(*r == 2 * i);
+    }
+    auto s = client.stats();
+    CHECK(s.runs_sent == 5);
+    CHECK(s.bundles_sent == 1);
+    auto c = agent_counters(client, target);
+    CHECK(c["code_received"] == 1);
+    CHECK(c["compiles"] == 1);
+    CHECK(c["cache_hits"] == 4);
+    CHECK(c["need_code_sent"] == 0);
+}
+
+TEST_CASE("a restarted agent gets the code again through NEED_CODE, once", "[integration]") {
+    AgentProcess first("tcp");
+    auto port = first.port();
+    auto client = make_client("tcp");
+    auto target = connect(client, first);
+    auto r = client.ship(behaviour_kernels::add, target, std::uint64_t{1}, std::uint64_t{2}).get_as<std::uint64_t>();
+    REQUIRE(r);
+    CHECK(*r == 3);
+    first.stop(SIGKILL);
+
+    AgentProcess second("tcp", {}, port);
+    // The first call after the restart may race the client noticing the old connection died:
+    // it then fails with `disconnected`; the one after reconnects and succeeds.
+    Result<std::uint64_t> again = fail(Errc::internal, "not run");
+    for (int attempt = 0; attempt < 3; ++attempt) {
+        again = client.ship(behaviour_kernels::add, target, std::uint64_t{20}, std::uint64_t{22}).get_as<std::uint64_t>();
+        if (again || again.error().code != Errc::disconnected) break;
+    }
+    INFO(second.log());
+    REQUIRE(again);
+    CHECK(*again == 42);
+    auto s = client.stats();
+    CHECK(s.need_code_received == 1);
+    CHECK(s.bundles_sent == 2);
+    CHECK(s.reconnects >= 1);
+    auto c = agent_counters(client, target);
+    CHECK(c["need_code_sent"] == 1);
+    CHECK(c["code_received"] == 1);
+}
+
+TEST_CASE("a restarted agent with a disk cache needs no code at all", "[integration]") {
+    auto cache = bitship::test::make_temp_dir("bitship-cache-");
+    std::uint16_t port = 0;
+    auto client = make_client("tcp");
+    {
+        AgentProcess first("tcp", {"--cache-dir", cache.string()});
+        port = first.port();
+        auto target = connect(client, first);
+        REQUIRE(client.ship(behaviour_kernels::add, target, std::uint64_t{1}, std::uint64_t{1}).get_as<std::uint64_t>());
+    }
+    AgentProcess second("tcp", {"--cache-dir", cache.string()}, port);
+    auto target = connect(client, second);
+    auto r = client.ship(behaviour_kernels::add, target, std::uint64_t{2}, std::uint64_t{3}).get_as<std::uint64_t>();
+    INFO(second.log());
+    REQUIRE(r);
+    CHECK(*r == 5);
+    auto c = agent_counters(client, target);
+    CHECK(c["need_code_sent"] == 0);
+    CHECK(c["disk_loads"] == 1);
+    CHECK(c["code_received"] == 0);
+    std::filesystem::remove_all(cache);
+}
+
+TEST_CASE("a kernel that calls system is refused at link time, naming the symbol", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    AgentProcess agent(transport);
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+    auto r = client.ship(forbidden_kernels::run_shell, target).get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::unresolved_symbol);
+    CHECK_THAT(r.error().message, Catch::Contains("'system'"));
+    CHECK_THAT(r.error().message, Catch::Contains(agent.address()));
+    // The agent keeps serving.
+    auto ok = client.ship(behaviour_kernels::add, target, std::uint64_t{2}, std::uint64_t{2}).get_as<std::uint64_t>();
+    REQUIRE(ok);
+    CHECK(*ok == 4);
+}
+
+TEST_CASE("a bundle with no slice for the agent's architecture fails with both triples named", "[integration]") {
+    AgentProcess agent("tcp");
+    auto client = make_client("tcp");
+    auto target = connect(client, agent);
+    // The client sees it first...
+    auto r = client.ship(other_arch_kernels::answer, target).get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::no_matching_slice);
+    CHECK_THAT(r.error().message, Catch::Contains("aarch64"));
+    CHECK_THAT(r.error().message, Catch::Contains(target.info().triple));
+    // ... and the agent checks too, when a client sends the slice anyway.
+    auto forced = client.ship_slice(other_arch_kernels::bundle(), 0, "answer", target, {}).get();
+    REQUIRE_FALSE(forced);
+    CHECK(forced.error().code == Errc::no_matching_slice);
+    CHECK_THAT(forced.error().message, Catch::Contains("aarch64"));
+    auto ok = client.ship(behaviour_kernels::add, target, std::uint64_t{1}, std::uint64_t{1}).get_as<std::uint64_t>();
+    REQUIRE(ok);
+}
+
+TEST_CASE("kernel failures, crashes and overruns reach the caller and the agent goes on", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    AgentProcess agent(transport, {"--kernel-timeout-ms", "300"});
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+
+    auto failed = client.ship(behaviour_kernels::fail_with_42, target).get();
+    REQUIRE_FALSE(failed);
+    CHECK(failed.error().code == Errc::kernel_failed);
+    CHECK_THAT(failed.error().message, Catch::Contains("42") && Catch::Contains("the answer is not allowed here"));
+
+    auto crashed = client.ship(behaviour_kernels::write_null, target).get();
+    REQUIRE_FALSE(crashed);
+    CHECK(crashed.error().code == Errc::kernel_crashed);
+    CHECK_THAT(crashed.error().message, Catch::Contains("SIGSEGV"));
+
+    auto spun = client.ship(behaviour_kernels::spin_forever, target).get();
+    REQUIRE_FALSE(spun);
+    CHECK(spun.error().code == Errc::kernel_timeout);
+
+    // Twice, so a worker that was stopped is known to work again.
+    for (int i = 0; i < 2; ++i) {
+        auto ok = client.ship(behaviour_kernels::add, target, std::uint64_t{5}, std::uint64_t{6}).get_as<std::uint64_t>();
+        INFO(agent.log());
+        REQUIRE(ok);
+        CHECK(*ok == 11);
+    }
+    auto c = agent_counters(client, target);
+    CHECK(c["kernel_crashes"] == 1);
+    CHECK(c["kernel_timeouts"] == 1);
+    CHECK(c["kernel_failures"] == 1);
+}
+
+TEST_CASE("a kernel answers once: a second reply is refused, silence is an empty result", "[integration]") {
+    AgentProcess agent("tcp");
+    auto client = make_client("tcp");
+    auto target = connect(client, agent);
+    auto first = client.ship(behaviour_kernels::reply_twice, target).get_as<std::uint32_t>();
+    REQUIRE(first);
+    CHECK(*first == 1);
+    auto silent = client.ship(behaviour_kernels::silent, target).get();
+    REQUIRE(silent);
+    CHECK(silent->empty());
+    auto missing = client.ship(Kernel{&behaviour_kernels::bundle, "no_such_kernel"}, target).get();
+    REQUIRE_FALSE(missing);
+    CHECK(missing.error().code == Errc::entry_not_found);
+    CHECK_THAT(missing.error().message, Catch::Contains("no_such_kernel"));
+}
+
+TEST_CASE("large arguments and results travel by rendezvous, intact", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    AgentProcess agent(transport);
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+    for (std::size_t size : {std::size_t{0}, std::size_t{100}, std::size_t{9000}, std::size_t{300000}}) {
+        Bytes args(size);
+        for (std::size_t i = 0; i < size; ++i) args[i] = static_cast<std::byte>((i * 131) ^ (i >> 8));
+        auto r = client.ship_bytes(behaviour_kernels::echo, target, args).get();
+        INFO("size " << size);
+        REQUIRE(r);
+        CHECK(*r == args);
+    }
+}
+
+TEST_CASE("connecting where no agent listens fails within the connect timeout", "[integration]") {
+    ClientOptions o;
+    o.loopback_only = true;
+    o.connect_timeout = 2s;
+    auto client = Client::create(o);
+    REQUIRE(client);
+    // A port nothing listens on: bind one, learn it, close it.
+    AgentProcess briefly("tcp");
+    auto port = briefly.port();
+    briefly.stop(SIGKILL);
+    auto start = std::chrono::steady_clock::now();
+    auto t = client->connect("127.0.0.1:" + std::to_string(port));
+    auto took = std::chrono::steady_clock::now() - start;
+    REQUIRE_FALSE(t);
+    CHECK(t.error().code == Errc::connect_failed);
+    CHECK_THAT(t.error().message, Catch::Contains(std::to_string(port)));
+    CHECK(took < 2s + 1s);
+}
+
+TEST_CASE("an agent that dies mid-call fails the pending futures instead of hanging them", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    AgentProcess agent(transport, {"--kernel-timeout-ms", "0", "--workers", "2"});
+    auto client = make_client(transport, 60s);
+    auto target = connect(client, agent);
+    auto a = client.ship(behaviour_kernels::spin_forever, target);
+    auto b = client.ship(behaviour_kernels::spin_forever, target);
+    std::this_thread::sleep_for(300ms); // both are running
+    CHECK_FALSE(a.ready());
+    agent.stop(SIGKILL);
+    REQUIRE(a.wait_for(10s));
+    REQUIRE(b.wait_for(10s));
+    auto ra = a.get();
+    REQUIRE_FALSE(ra);
+    CHECK(ra.error().code == Errc::disconnected);
+    CHECK_FALSE(b.get());
+}
+
+TEST_CASE("4 client threads x 1000 ships: every result arrives, correct", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    AgentProcess agent(transport);
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+    constexpr int kThreads = 4, kCalls = 1000;
+    std::atomic<int> right{0}, wrong{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            // Some in flight at once, some one by one.
+            std::vector<std::pair<Future, std::uint64_t>> window;
+            for (int i = 0; i < kCalls; ++i) {
+                std::uint64_t a = static_cast<std::uint64_t>(t) << 32, b = static_cast<std::uint64_t>(i);
+                window.emplace_back(client.ship(behaviour_kernels::add, target, a, b), a + b);
+                if (window.size() == 16 || i == kCalls - 1) {
+                    for (auto& [f, want] : window) {
+                        auto r = f.get_as<std::uint64_t>();
+                        (r && *r == want ? right : wrong).fetch_add(1);
+                    }
+                    window.clear();
+                }
+            }
+        });
+    }
+    for (auto& th : threads) th.join();
+    CHECK(wrong.load() == 0);
+    CHECK(right.load() == kThreads * kCalls);
+    auto c = agent_counters(client, target);
+    CHECK(c["results"] == static_cast<std::uint64_t>(kThreads * kCalls));
+    CHECK(client.stats().bundles_sent == 1);
+}
+
+TEST_CASE("an idle agent sleeps instead of spinning", "[integration]") {
+    AgentProcess agent("tcp");
+    auto client = make_client("tcp");
+    auto target = connect(client, agent);
+    REQUIRE(client.ship(behaviour_kernels::add, target, std::uint64_t{1}, std::uint64_t{1}).get());
+    std::this_thread::sleep_for(200ms); // past the spin window
+    auto before = agent.cpu_ms();
+    std::this_thread::sleep_for(2s);
+    auto used = agent.cpu_ms() - before;
+    INFO("idle agent used " << used << " ms of CPU in 2 s");
+    CHECK(used < 100.0); // a spinning agent would use ~2000
+}
