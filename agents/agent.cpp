@@ -37,7 +37,9 @@ struct RunRequest {
 #define BITSHIP_AGENT_COUNTERS(X)                                                                  \
     X(connections) X(runs) X(results) X(errors) X(need_code_sent) X(code_received)                 \
     X(code_bytes_received) X(compiles) X(compile_failures) X(cache_hits) X(disk_loads)             \
-    X(malformed_messages) X(kernel_failures) X(kernel_crashes) X(kernel_timeouts) X(pings)
+    X(malformed_messages) X(kernel_failures) X(kernel_crashes) X(kernel_timeouts) X(pings)           \
+    X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
+    X(last_compile_codegen_ns) X(last_compile_link_ns)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};
@@ -207,6 +209,12 @@ struct Agent::Impl {
         counters.compiles.fetch_add(1, std::memory_order_relaxed);
         const auto& s = (*code)->stats();
         if (s.from_disk) counters.disk_loads.fetch_add(1, std::memory_order_relaxed);
+        auto ns = [](double ms) { return static_cast<std::uint64_t>(ms * 1e6); };
+        counters.last_compile_verify_ns.store(ns(s.verify_ms), std::memory_order_relaxed);
+        counters.last_compile_parse_ns.store(ns(s.parse_ms), std::memory_order_relaxed);
+        counters.last_compile_optimise_ns.store(ns(s.optimise_ms), std::memory_order_relaxed);
+        counters.last_compile_codegen_ns.store(ns(s.codegen_ms), std::memory_order_relaxed);
+        counters.last_compile_link_ns.store(ns(s.link_ms), std::memory_order_relaxed);
         spdlog::info("compiled {}{}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
                      to_hex(hash, 16), s.from_disk ? " (from disk cache)" : "", s.verify_ms, s.parse_ms, s.optimise_ms,
                      s.codegen_ms, s.link_ms);
@@ -289,7 +297,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
 
     // 2. Workers, then the engine whose progress thread hands them work.
     unsigned workers = config.workers ? config.workers : impl->topology.cores;
-    impl->pool = std::make_unique<WorkerPool>(workers, config.spin);
+    impl->pool = std::make_unique<WorkerPool>(workers, config.worker_spin);
 
     // A restarted agent must be able to take its port back while the old connections sit in
     // TIME_WAIT (SO_REUSEADDR); an operator's own UCX_CM_REUSEADDR still wins.

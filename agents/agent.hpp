@@ -29,6 +29,8 @@ struct AgentConfig {
     ProgressMode progress = ProgressMode::spin_then_block;
     std::chrono::microseconds spin{200};
     unsigned workers = 0; ///< 0: one per core
+    /// How long an idle worker polls its queue before sleeping.
+    std::chrono::microseconds worker_spin{0};
     std::filesystem::path cache_dir;
     unsigned opt_level = 2;
     std::chrono::milliseconds kernel_timeout{10000};

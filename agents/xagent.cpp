@@ -46,6 +46,7 @@ int main(int argc, char** argv) {
     std::string port_file, transport = "any", progress = "spin-then-block", log_level = "info", cache_dir;
     agent::AgentConfig config;
     unsigned spin_us = static_cast<unsigned>(config.spin.count());
+    unsigned worker_spin_us = static_cast<unsigned>(config.worker_spin.count());
     unsigned timeout_ms = static_cast<unsigned>(config.kernel_timeout.count());
     std::uint64_t max_message = config.limits.max_message;
     std::uint32_t max_args = config.limits.max_args, max_result = config.limits.max_result;
@@ -58,6 +59,7 @@ int main(int argc, char** argv) {
     app.add_option("--progress", progress, "how the progress thread waits: spin, block or spin-then-block")
         ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
     app.add_option("--spin-us", spin_us, "microseconds to poll after the last event before sleeping")->capture_default_str();
+    app.add_option("--worker-spin-us", worker_spin_us, "microseconds an idle worker polls before sleeping")->capture_default_str();
     app.add_option("--workers", config.workers, "threads that compile and run kernels (0: one per core)")->capture_default_str();
     app.add_option("--cache-dir", cache_dir, "keep compiled code here across restarts (default: memory only)");
     app.add_option("--opt-level", config.opt_level, "JIT optimisation level")->check(CLI::Range(0, 3))->capture_default_str();
@@ -93,6 +95,7 @@ int main(int argc, char** argv) {
     config.progress = *parse_progress_mode(progress);
     config.spin = std::chrono::microseconds(spin_us);
     config.kernel_timeout = std::chrono::milliseconds(timeout_ms);
+    config.worker_spin = std::chrono::microseconds(worker_spin_us);
     config.cache_dir = cache_dir;
     config.limits = {max_message, max_args, max_result};
     config.loopback_only = loopback;

@@ -22,7 +22,9 @@ endif()
 
 execute_process(COMMAND ${BITSHIP_KERNEL_CLANG} -print-resource-dir OUTPUT_VARIABLE BITSHIP_KERNEL_CLANG_RESOURCE_DIR
                 OUTPUT_STRIP_TRAILING_WHITESPACE)
-set(_bs_kernel_include_dir "${CMAKE_CURRENT_LIST_DIR}/../include")
+if(NOT DEFINED BITSHIP_KERNEL_INCLUDE_DIR)
+  set(BITSHIP_KERNEL_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../include")
+endif()
 
 function(_bitship_arch_triple arch out_triple out_cpu)
   if(arch STREQUAL "x86_64")
@@ -81,9 +83,9 @@ function(bitship_add_kernels)
       add_custom_command(OUTPUT "${_bc}"
         COMMAND ${CMAKE_COMMAND} -E make_directory "${_out}/${arch}"
         COMMAND ${BITSHIP_KERNEL_CLANG} --target=${_triple} -O2 -emit-llvm -c -fno-stack-protector
-                -fno-exceptions ${_arch_flags} -I${_bs_kernel_include_dir} ${_includes} ${K_COMPILE_OPTIONS}
+                -fno-exceptions ${_arch_flags} -I${BITSHIP_KERNEL_INCLUDE_DIR} ${_includes} ${K_COMPILE_OPTIONS}
                 -o "${_bc}" "${_abs}"
-        DEPENDS "${_abs}" "${_bs_kernel_include_dir}/bitship/kernel.h"
+        DEPENDS "${_abs}" "${BITSHIP_KERNEL_INCLUDE_DIR}/bitship/kernel.h"
         COMMENT "bitship: kernel ${src} -> ${arch} bitcode"
         VERBATIM)
       list(APPEND _arch_bcs "${_bc}")

@@ -143,7 +143,7 @@ struct Client::Impl {
         c->peer = peer;
         c->kind = kind;
         c->deadline = Clock::now() + options.call_timeout;
-        c->wait_spin = options.progress == ProgressMode::block ? std::chrono::microseconds(0) : options.spin;
+        c->wait_spin = options.wait_spin;
         return c;
     }
 

@@ -107,6 +107,9 @@ struct ClientOptions {
     ProgressMode progress = ProgressMode::spin_then_block;
     /// How long the progress thread polls after the last event before sleeping.
     std::chrono::microseconds spin{200};
+    /// How long a thread waiting on a Future polls before it sleeps. Polling only pays where
+    /// a core is free for it: on a machine shared with the progress threads, 0 is faster.
+    std::chrono::microseconds wait_spin{0};
     /// How long connect() waits for an agent's WELCOME.
     std::chrono::milliseconds connect_timeout{3000};
     /// Deadline of every call, from ship() to its result.

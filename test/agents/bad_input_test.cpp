@@ -13,12 +13,12 @@
 #include <bitship/client.hpp>
 #include <behaviour_kernels.hpp>
 
-#include "agent_process.hpp"
+#include "launcher.hpp"
 #include "engine.hpp"
 #include "wire.hpp"
 
 using namespace bitship;
-using bitship::test::AgentProcess;
+using bitship::launch::AgentProcess;
 using namespace std::chrono_literals;
 
 namespace {

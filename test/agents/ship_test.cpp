@@ -15,10 +15,10 @@
 #include <forbidden_kernels.hpp>
 #include <other_arch_kernels.hpp>
 
-#include "agent_process.hpp"
+#include "launcher.hpp"
 
 using namespace bitship;
-using bitship::test::AgentProcess;
+using bitship::launch::AgentProcess;
 using namespace std::chrono_literals;
 
 namespace {
@@ -114,7 +114,7 @@ TEST_CASE("a restarted agent gets the code again through NEED_CODE, once", "[int
 }
 
 TEST_CASE("a restarted agent with a disk cache needs no code at all", "[integration]") {
-    auto cache = bitship::test::make_temp_dir("bitship-cache-");
+    auto cache = bitship::launch::make_temp_dir("bitship-cache-");
     std::uint16_t port = 0;
     auto client = make_client("tcp");
     {

@@ -1,1 +1,108 @@
-int main() { return 0; }
+// Where a cold compile spends its time: compiles BITSHIP_JIT_TIMING_VARIANTS distinct variants
+// of the add kernel (each a new hash, so each a real compile) and prints the median, min and
+// max of every CompileStats phase, per opt_level, plus the cost of Jit::create (LLJIT setup)
+// and of the first compile in the process. Not a test; a bench/ program would grow from this.
+//
+//   ./build/test/jit/jit_compile_timing [opt_level...]      (default: 0 1 2 3)
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "jit.hpp"
+#include "test_runtime.hpp"
+
+using namespace bitship;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Summary {
+    double median, min, max;
+};
+
+Summary summarise(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return {v[v.size() / 2], v.front(), v.back()};
+}
+
+double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+
+std::unique_ptr<jit::Jit> make_jit(unsigned opt_level, double* create_ms) {
+    jit::JitOptions options;
+    options.exports = jit_test::runtime_exports();
+    options.opt_level = opt_level;
+    auto start = Clock::now();
+    auto j = jit::Jit::create(std::move(options));
+    if (create_ms) *create_ms = ms_since(start);
+    if (!j) {
+        std::fprintf(stderr, "Jit::create: %s\n", j.error().describe().c_str());
+        std::exit(1);
+    }
+    return std::move(*j);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    std::vector<unsigned> levels;
+    for (int i = 1; i < argc; ++i) levels.push_back(static_cast<unsigned>(std::stoul(argv[i])));
+    if (levels.empty()) levels = {0, 1, 2, 3};
+
+    std::vector<jit_test::Bundle> bundles;
+    for (int n = 1; n <= BITSHIP_JIT_TIMING_VARIANTS; ++n)
+        bundles.push_back(jit_test::make_bundle(jit_test::kernel_bitcode("add_v" + std::to_string(n)), {"add"}));
+
+    const auto& h = jit::host();
+    std::printf("host %s, cpu %s, LLVM %s; %zu distinct add-kernel variants per level, one Jit per level\n",
+                h.triple.c_str(), h.cpu.c_str(), to_string(h.llvm).c_str(), bundles.size());
+
+    // One-time costs: LLVM target initialisation, the first TargetMachine, pass registration.
+    {
+        double create_ms = 0;
+        auto j = make_jit(2, &create_ms);
+        auto start = Clock::now();
+        auto b = jit_test::make_bundle(jit_test::kernel_bitcode("add"), {"add"});
+        auto code = j->compile(b.bytes, b.hash);
+        if (!code) return std::fprintf(stderr, "%s\n", code.error().describe().c_str()), 1;
+        const auto& s = (*code)->stats();
+        std::printf("first in process: Jit::create %.2f ms, first compile %.2f ms wall (verify %.2f parse %.2f "
+                    "optimise %.2f codegen %.2f link %.2f)\n",
+                    create_ms, ms_since(start), s.verify_ms, s.parse_ms, s.optimise_ms, s.codegen_ms, s.link_ms);
+    }
+
+    std::printf("\n%-3s %-9s %8s %8s %8s\n", "O", "phase", "median", "min", "max");
+    for (unsigned level : levels) {
+        double create_ms = 0;
+        auto j = make_jit(level, &create_ms);
+        std::vector<double> verify, parse, optimise, codegen, link, total, wall;
+        for (const auto& b : bundles) {
+            auto start = Clock::now();
+            auto code = j->compile(b.bytes, b.hash);
+            wall.push_back(ms_since(start));
+            if (!code) return std::fprintf(stderr, "%s\n", code.error().describe().c_str()), 1;
+            const auto& s = (*code)->stats();
+            verify.push_back(s.verify_ms);
+            parse.push_back(s.parse_ms);
+            optimise.push_back(s.optimise_ms);
+            codegen.push_back(s.codegen_ms);
+            link.push_back(s.link_ms);
+            total.push_back(s.total_ms());
+        }
+        auto row = [&](const char* name, const std::vector<double>& v) {
+            auto s = summarise(v);
+            std::printf("O%-2u %-9s %8.3f %8.3f %8.3f\n", level, name, s.median, s.min, s.max);
+        };
+        std::printf("O%-2u %-9s %8.3f\n", level, "create", create_ms);
+        row("verify", verify);
+        row("parse", parse);
+        row("optimise", optimise);
+        row("codegen", codegen);
+        row("link", link);
+        row("total", total);
+        row("wall", wall);
+    }
+    return 0;
+}

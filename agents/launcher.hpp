@@ -1,6 +1,8 @@
 #pragma once
-// A real xagent process for integration tests: started on a free loopback port, stopped (or
-// killed) when the test says or when this object dies.
+// Starts real xagent processes on loopback for integration tests and benchmarks: on a free
+// port, stopped (or killed) when the caller says or when the object dies. Throws
+// std::runtime_error when an agent does not come up: its callers are tests and benchmarks,
+// for which that is a failure with the agent's log attached.
 
 #include <sys/types.h>
 
@@ -9,13 +11,16 @@
 #include <string>
 #include <vector>
 
-namespace bitship::test {
+namespace bitship::launch {
 
 class AgentProcess {
 public:
     /// Starts xagent with `--transport transport --listen 127.0.0.1:port` plus `extra`, and waits
     /// for it to listen. Throws (failing the test) if it does not within kStartTimeout.
     AgentProcess(std::string transport, std::vector<std::string> extra = {}, std::uint16_t port = 0);
+
+    /// The xagent binary started; BITSHIP_XAGENT (set at build time) unless overridden.
+    static std::string& binary();
     ~AgentProcess();
     AgentProcess(const AgentProcess&) = delete;
     AgentProcess& operator=(const AgentProcess&) = delete;
@@ -39,4 +44,4 @@ private:
 /// A fresh empty directory under the system temp dir.
 std::filesystem::path make_temp_dir(const std::string& prefix);
 
-} // namespace bitship::test
+} // namespace bitship::launch

@@ -1,20 +1,26 @@
-#include "agent_process.hpp"
+#include "launcher.hpp"
 
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
 
-namespace bitship::test {
+namespace bitship::launch {
 namespace {
 constexpr auto kStartTimeout = std::chrono::seconds(20);
 constexpr auto kStopTimeout = std::chrono::seconds(5);
 } // namespace
+
+std::string& AgentProcess::binary() {
+    static std::string path = BITSHIP_XAGENT;
+    return path;
+}
 
 std::filesystem::path make_temp_dir(const std::string& prefix) {
     std::string templ = (std::filesystem::temp_directory_path() / (prefix + "XXXXXX")).string();
@@ -26,8 +32,9 @@ AgentProcess::AgentProcess(std::string transport, std::vector<std::string> extra
     : dir_(make_temp_dir("bitship-agent-")) {
     auto port_file = dir_ / "port";
     auto log_file = dir_ / "agent.log";
-    std::vector<std::string> args{BITSHIP_XAGENT, "--listen", "127.0.0.1:" + std::to_string(port), "--transport", transport,
-                                  "--port-file", port_file.string(), "--loopback", "--log-level", "info"};
+    std::vector<std::string> args{binary(), "--listen", "127.0.0.1:" + std::to_string(port), "--transport", transport,
+                                  "--port-file", port_file.string(), "--loopback"};
+    if (std::find(extra.begin(), extra.end(), "--log-level") == extra.end()) args.insert(args.end(), {"--log-level", "info"});
     args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
@@ -107,4 +114,4 @@ double AgentProcess::cpu_ms() const {
     return (utime + stime) * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-} // namespace bitship::test
+} // namespace bitship::launch

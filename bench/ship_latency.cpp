@@ -1,0 +1,193 @@
+// ship_latency: what a call costs, per transport, in one run.
+//   raw AM round trip   PING answered by the agent's progress thread (no kernel): the floor
+//                       a pre-installed active-message handler gets
+//   cached ship         the `empty` kernel with 8-byte arguments, code already on the agent
+//   cold ship           the first call to a fresh agent: bundle transfer + JIT + run, with
+//                       the agent's own split of the compile
+// The agents are real xagent processes started here on loopback.
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <bench_kernels.hpp>
+#include <bitship/client.hpp>
+
+#include "launcher.hpp"
+#include "stats.hpp"
+
+namespace {
+
+using namespace bitship;
+using bench::Row;
+using bench::Summary;
+using Clock = std::chrono::steady_clock;
+
+double us_since(Clock::time_point t) { return std::chrono::duration<double, std::micro>(Clock::now() - t).count(); }
+
+struct Config {
+    int reps = 20000;
+    int warmup = 2000;
+    int cold_reps = 10;
+    std::string progress = "spin-then-block";
+    unsigned spin_us = 200;
+    unsigned wait_spin_us = 0;
+    unsigned worker_spin_us = 0;
+    std::string csv, json;
+};
+
+Client make_client(Transport t, const Config& cfg) {
+    ClientOptions o;
+    o.transport = t;
+    o.loopback_only = true;
+    o.progress = *parse_progress_mode(cfg.progress);
+    o.spin = std::chrono::microseconds(cfg.spin_us);
+    o.wait_spin = std::chrono::microseconds(cfg.wait_spin_us);
+    auto c = Client::create(o);
+    if (!c) throw std::runtime_error(c.error().describe());
+    return std::move(*c);
+}
+
+std::vector<std::string> agent_args(const Config& cfg) {
+    return {"--progress", cfg.progress, "--spin-us", std::to_string(cfg.spin_us), "--log-level", "warn", "--workers", "1",
+            "--worker-spin-us", std::to_string(cfg.worker_spin_us)};
+}
+
+template <class Call> std::vector<double> time_calls(int warmup, int reps, Call&& call) {
+    for (int i = 0; i < warmup; ++i) call();
+    std::vector<double> samples;
+    samples.reserve(static_cast<std::size_t>(reps));
+    for (int i = 0; i < reps; ++i) {
+        auto t = Clock::now();
+        call();
+        samples.push_back(us_since(t));
+    }
+    return samples;
+}
+
+void must(const Result<Bytes>& r, const char* what) {
+    if (!r) throw std::runtime_error(fmt::format("{} failed: {}", what, r.error().describe()));
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Round-trip latency of raw AM, cached ships and cold ships, over TCP and shared memory"};
+    Config cfg;
+    bool quick = false;
+    std::vector<std::string> transports{"tcp", "shm"};
+    app.add_option("--reps", cfg.reps, "timed repetitions per row")->capture_default_str();
+    app.add_option("--warmup", cfg.warmup, "untimed repetitions before each row")->capture_default_str();
+    app.add_option("--cold-reps", cfg.cold_reps, "cold ships (one fresh agent each)")->capture_default_str();
+    app.add_option("--transport", transports, "transports to measure")->capture_default_str();
+    app.add_option("--progress", cfg.progress, "progress mode of client and agents: spin, block, spin-then-block")
+        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
+    app.add_option("--spin-us", cfg.spin_us, "spin window before sleeping (spin-then-block)")->capture_default_str();
+    app.add_option("--wait-spin-us", cfg.wait_spin_us, "client: poll a future this long before sleeping")->capture_default_str();
+    app.add_option("--worker-spin-us", cfg.worker_spin_us, "agent: an idle worker polls this long before sleeping")->capture_default_str();
+    app.add_flag("--quick", quick, "fewer repetitions (2000 timed, 3 cold)");
+    app.add_option("--csv", cfg.csv, "write the rows as CSV here");
+    app.add_option("--json", cfg.json, "write the rows as JSON here");
+    CLI11_PARSE(app, argc, argv);
+    if (quick) {
+        cfg.reps = 2000;
+        cfg.warmup = 500;
+        cfg.cold_reps = 3;
+    }
+
+    fmt::print("ship_latency: {} | progress {} (spin {} us) for client and agent | future wait spin {} us | "
+               "agent: 1 worker thread, worker spin {} us\n",
+               bench::cpu_description(), cfg.progress, cfg.spin_us, cfg.wait_spin_us, cfg.worker_spin_us);
+    fmt::print("  {} timed reps after {} warm-up per row; {} cold ships, each to a fresh agent; all on loopback\n\n",
+               cfg.reps, cfg.warmup, cfg.cold_reps);
+    fmt::print("{:<5} {:<28} {:>10} {:>10} {:>10} {:>10}\n", "tl", "call", "median us", "p99 us", "min us", "max us");
+
+    std::vector<Row> rows;
+    std::vector<std::string> verdicts;
+    const std::uint64_t arg = 7;
+    auto print = [&](const std::string& tl, const std::string& what, const Summary& s) {
+        fmt::print("{:<5} {:<28} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f}\n", tl, what, s.median, s.p99, s.min, s.max);
+    };
+    try {
+        for (const auto& tl : transports) {
+            auto transport = parse_transport(tl);
+            if (!transport) throw std::runtime_error(transport.error().message);
+            Summary ping_s, cached_s;
+            std::size_t code_bytes = 0;
+            {
+                launch::AgentProcess agent(tl, agent_args(cfg));
+                auto client = make_client(*transport, cfg);
+                auto target = client.connect(agent.address());
+                if (!target) throw std::runtime_error(target.error().describe());
+                Bytes eight(8);
+                ping_s = bench::summarise(time_calls(cfg.warmup, cfg.reps, [&] { must(client.ping(*target, eight).get(), "ping"); }));
+                cached_s = bench::summarise(time_calls(cfg.warmup, cfg.reps, [&] {
+                    must(client.ship(bench_kernels::empty, *target, arg).get(), "cached ship");
+                }));
+                code_bytes = client.stats().bundle_bytes_sent;
+                // What moving the bytes of the code costs by itself: a ping that carries them.
+                Bytes code_sized(code_bytes);
+                auto transfer = bench::summarise(time_calls(10, 200, [&] { must(client.ping(*target, code_sized).get(), "ping"); }));
+                print(tl, "raw AM round trip (8 B)", ping_s);
+                print(tl, "cached ship (empty, 8 B)", cached_s);
+                print(tl, fmt::format("ping with {} B (code size)", code_bytes), transfer);
+                rows.push_back({{{"transport", tl}, {"call", "raw_am_rtt"}}, ping_s, {}});
+                rows.push_back({{{"transport", tl}, {"call", "cached_ship"}}, cached_s, {}});
+                rows.push_back({{{"transport", tl}, {"call", "ping_code_sized"}}, transfer, {{"bytes", double(code_bytes)}}});
+                double ratio = cached_s.median / ping_s.median;
+                verdicts.push_back(fmt::format("{}: cached ship / raw AM round trip = {:.2f}x (target <= 1.25x) {}", tl, ratio,
+                                               ratio <= 1.25 ? "MET" : "MISSED"));
+            }
+            // Cold: a fresh agent each time, connected first, so the timed call is the ship.
+            std::vector<double> cold;
+            std::map<std::string, std::vector<double>> split;
+            for (int i = 0; i < cfg.cold_reps; ++i) {
+                launch::AgentProcess agent(tl, agent_args(cfg));
+                auto client = make_client(*transport, cfg);
+                auto target = client.connect(agent.address());
+                if (!target) throw std::runtime_error(target.error().describe());
+                auto t = Clock::now();
+                must(client.ship(bench_kernels::empty, *target, arg).get(), "cold ship");
+                cold.push_back(us_since(t));
+                auto stats = client.agent_stats(*target);
+                if (!stats) throw std::runtime_error(stats.error().describe());
+                for (const auto& [k, v] : *stats)
+                    if (k.rfind("last_compile_", 0) == 0) split[k.substr(13, k.size() - 13 - 3)].push_back(double(v) / 1000.0);
+            }
+            auto cold_s = bench::summarise(cold);
+            print(tl, "cold ship (first call, JIT)", cold_s);
+            Row cold_row{{{"transport", tl}, {"call", "cold_ship"}}, cold_s, {}};
+            double accounted = 0;
+            for (auto stage : {"verify", "parse", "optimise", "codegen", "link"}) {
+                auto s = bench::summarise(split[stage]);
+                accounted += s.median;
+                print(tl, fmt::format("  of which {} (agent)", stage), s);
+                cold_row.extra.emplace_back(fmt::format("{}_median_us", stage), s.median);
+            }
+            fmt::print("{:<5} {:<28} {:>10.2f}   (round trip, transfer, dispatch, run)\n", tl, "  of which the rest", cold_s.median - accounted);
+            rows.push_back(cold_row);
+            verdicts.push_back(fmt::format("{}: cold ship median {:.2f} ms (target <= 25 ms) {}", tl, cold_s.median / 1000,
+                                           cold_s.median <= 25000 ? "MET" : "MISSED"));
+        }
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "ship_latency: {}\n", e.what());
+        return 1;
+    }
+    fmt::print("\n");
+    for (const auto& v : verdicts) fmt::print("{}\n", v);
+    std::vector<std::pair<std::string, std::string>> config{{"cpu", bench::cpu_description()},
+                                                            {"progress", cfg.progress},
+                                                            {"spin_us", std::to_string(cfg.spin_us)},
+                                                            {"wait_spin_us", std::to_string(cfg.wait_spin_us)},
+                                                            {"worker_spin_us", std::to_string(cfg.worker_spin_us)},
+                                                            {"reps", std::to_string(cfg.reps)},
+                                                            {"cold_reps", std::to_string(cfg.cold_reps)}};
+    if (!cfg.csv.empty()) bench::write_csv(cfg.csv, rows);
+    if (!cfg.json.empty()) bench::write_json(cfg.json, "ship_latency", config, rows);
+    return 0;
+}

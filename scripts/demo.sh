@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, starts two local agents (one over TCP, one over shared
+# memory), ships the example kernels to them and prints results and timings, then the
+# ship-latency benchmark in its quick form.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup.sh
+cmake --preset default >/dev/null
+cmake --build --preset default --target xagent bitship-demo ship_latency
+
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+run_dir=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+
+start_agent() { # transport -> prints the port
+  local transport=$1
+  ./build/agents/xagent --listen 127.0.0.1:0 --transport "$transport" --loopback \
+    --port-file "$run_dir/$transport.port" --log-level warn >"$run_dir/$transport.log" 2>&1 &
+  pids+=($!)
+  for _ in $(seq 200); do [[ -s $run_dir/$transport.port ]] && break; sleep 0.05; done
+  [[ -s $run_dir/$transport.port ]] || { cat "$run_dir/$transport.log"; exit 1; }
+}
+start_agent tcp
+start_agent shm
+
+echo "== bitship demo: example kernels shipped to local agents"
+./build/examples/bitship-demo --transport tcp --agent "127.0.0.1:$(cat "$run_dir/tcp.port")"
+./build/examples/bitship-demo --transport shm --agent "127.0.0.1:$(cat "$run_dir/shm.port")"
+
+echo
+echo "== bench/ship_latency (quick)"
+./build/bench/ship_latency --quick
