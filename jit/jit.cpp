@@ -1,254 +1,52 @@
-// The agent's JIT: one ORC LLJIT per Jit, one JITDylib per compiled slice, and a shared
-// "bitship.runtime" JITDylib of absolute symbols (the allow-list) as every slice's only link
-// order. Nothing else resolves: there is no process-symbol generator anywhere.
-//
-// Memory: JITLink's InProcessMemoryManager (set explicitly below) maps slabs read-write,
-// writes and fixes up the code there, then mprotects each segment to its final permissions
-// (code R-X, read-only data R--, data RW-). No page is ever writable and executable at once;
-// the "no JIT page is W+X" test checks /proc/self/maps.
+// Jit: compiles each hash once, keeps the result in the code cache (memory, and disk when
+// configured), and hands out CompiledCode. The LLVM work itself is the Engine's (engine.cpp).
 #include "jit.hpp"
 
-#include <atomic>
-#include <chrono>
 #include <future>
 #include <map>
 #include <mutex>
-#include <unordered_map>
-#include <utility>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <llvm/Bitcode/BitcodeReader.h>
-#include <llvm/ExecutionEngine/JITLink/EHFrameSupport.h>
-#include <llvm/ExecutionEngine/JITLink/JITLinkMemoryManager.h>
-#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
-#include <llvm/ExecutionEngine/Orc/Core.h>
-#include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
-#include <llvm/ExecutionEngine/Orc/LLJIT.h>
-#include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
-#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
-#include <llvm/IR/DebugInfo.h>
-#include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/Module.h>
-#include <llvm/IR/Verifier.h>
-#include <llvm/Support/MemoryBuffer.h>
-#include <llvm/Support/TargetSelect.h>
-#include <llvm/Support/raw_ostream.h>
-#include <llvm/Target/TargetMachine.h>
-
 #include "allow_list.hpp"
 #include "code_cache.hpp"
-#include "llvm_error.hpp"
-#include "optimise.hpp"
+#include "engine.hpp"
 
 namespace bitship::jit {
 namespace {
 
-namespace orc = llvm::orc;
-using Clock = std::chrono::steady_clock;
-
-constexpr const char* kRuntimeDylib = "bitship.runtime";
 constexpr unsigned kMaxOptLevel = 3;
 constexpr std::size_t kHashDigitsInMessages = 16;
 
-/// Milliseconds since `mark`, which then moves to now.
-double lap_ms(Clock::time_point& mark) {
-    auto now = Clock::now();
-    double ms = std::chrono::duration<double, std::milli>(now - mark).count();
-    mark = now;
-    return ms;
-}
-
-llvm::CodeGenOptLevel codegen_level(unsigned opt_level) {
-    switch (opt_level) {
-    case 0: return llvm::CodeGenOptLevel::None;
-    case 1: return llvm::CodeGenOptLevel::Less;
-    case 2: return llvm::CodeGenOptLevel::Default;
-    default: return llvm::CodeGenOptLevel::Aggressive;
-    }
-}
-
-void init_llvm_once() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        llvm::InitializeNativeTarget();
-        llvm::InitializeNativeTargetAsmPrinter();
-    });
-}
-
-/// TargetMachines are not safe to use from two threads at once (their subtarget caches
-/// mutate) and cost a little to build, so optimisation and codegen borrow one from here.
-class TargetMachinePool {
-public:
-    explicit TargetMachinePool(orc::JITTargetMachineBuilder builder) : builder_(std::move(builder)) {}
-
-    struct GiveBack {
-        TargetMachinePool* pool;
-        void operator()(llvm::TargetMachine* tm) const noexcept { pool->give_back(tm); }
-    };
-    using Lease = std::unique_ptr<llvm::TargetMachine, GiveBack>;
-
-    llvm::Expected<Lease> borrow() {
-        std::lock_guard lock(mutex_);
-        if (!idle_.empty()) {
-            auto tm = std::move(idle_.back());
-            idle_.pop_back();
-            return Lease(tm.release(), GiveBack{this});
-        }
-        auto tm = builder_.createTargetMachine();
-        if (!tm) return tm.takeError();
-        return Lease(tm->release(), GiveBack{this});
-    }
-
-    [[nodiscard]] const orc::JITTargetMachineBuilder& builder() const { return builder_; }
-
-private:
-    void give_back(llvm::TargetMachine* tm) noexcept {
-        std::unique_ptr<llvm::TargetMachine> owned(tm);
-        std::lock_guard lock(mutex_);
-        try {
-            idle_.push_back(std::move(owned));
-        } catch (...) { // out of memory: let this one go rather than throw from a deleter
-        }
-    }
-
-    orc::JITTargetMachineBuilder builder_;
-    std::mutex mutex_;
-    std::vector<std::unique_ptr<llvm::TargetMachine>> idle_;
-};
-
-/// What happened while a module was materialised (codegen time, link errors), filed under its
-/// JITDylib's name (also the module's identifier, unique per compile) and collected by the
-/// compile that added it. Materialisation may run on any thread; this does not care which.
-class MaterialisationLog {
-public:
-    void add_codegen_ms(const std::string& dylib, double ms) {
-        std::lock_guard lock(mutex_);
-        entries_[dylib].codegen_ms += ms;
-    }
-    void add_error(const std::string& dylib, llvm::Error error) {
-        std::lock_guard lock(mutex_);
-        auto& e = entries_[dylib].error;
-        e = llvm::joinErrors(std::move(e), std::move(error));
-    }
-    struct Entry {
-        double codegen_ms = 0;
-        llvm::Error error = llvm::Error::success();
-    };
-    Entry take(const std::string& dylib) {
-        std::lock_guard lock(mutex_);
-        auto it = entries_.find(dylib);
-        if (it == entries_.end()) return {};
-        Entry out = std::move(it->second);
-        entries_.erase(it);
-        return out;
-    }
-
-private:
-    std::mutex mutex_;
-    std::unordered_map<std::string, Entry> entries_;
-};
-
-/// Marks an error already filed in the MaterialisationLog; the session's reporter drops it.
-class FiledError final : public llvm::ErrorInfo<FiledError> {
-public:
-    static char ID;
-    void log(llvm::raw_ostream& out) const override { out << "reported with its compile"; }
-    std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
-};
-char FiledError::ID = 0;
-
-/// The JITDylib whose link is failing on this thread. JITLink calls every plugin's
-/// notifyFailed and then ExecutionSession::reportError with the cause, on the same thread and
-/// before the lookup is told; FailureAttribution sets this, the reporter reads and clears it.
-thread_local std::string t_failing_dylib;
-
-class FailureAttribution final : public orc::ObjectLinkingLayer::Plugin {
-public:
-    llvm::Error notifyFailed(orc::MaterializationResponsibility& responsibility) override {
-        t_failing_dylib = responsibility.getTargetJITDylib().getName();
-        return llvm::Error::success();
-    }
-    llvm::Error notifyRemovingResources(orc::JITDylib&, orc::ResourceKey) override { return llvm::Error::success(); }
-    void notifyTransferringResources(orc::JITDylib&, orc::ResourceKey, orc::ResourceKey) override {}
-};
-
-/// IR → object code with a borrowed TargetMachine, timed. Thread-safe, so several compiles can
-/// materialise at once.
-class TimedCompiler final : public orc::IRCompileLayer::IRCompiler {
-public:
-    TimedCompiler(std::shared_ptr<TargetMachinePool> machines, std::shared_ptr<MaterialisationLog> log)
-        : IRCompiler(orc::irManglingOptionsFromTargetOptions(machines->builder().getOptions())),
-          machines_(std::move(machines)), log_(std::move(log)) {}
-
-    llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& module) override {
-        auto start = Clock::now();
-        auto tm = machines_->borrow();
-        auto object = tm ? orc::SimpleCompiler(**tm)(module)
-                         : llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>(tm.takeError());
-        log_->add_codegen_ms(module.getModuleIdentifier(), lap_ms(start));
-        if (!object) {
-            // IRCompileLayer fails the lookup before it reports the error, so file it first.
-            log_->add_error(module.getModuleIdentifier(), object.takeError());
-            return llvm::make_error<FiledError>();
-        }
-        return object;
-    }
-
-private:
-    std::shared_ptr<TargetMachinePool> machines_;
-    std::shared_ptr<MaterialisationLog> log_;
-};
-
-/// What a Jit and every CompiledCode it made share. A CompiledCode removes its JITDylib when
-/// it goes, which needs the LLJIT, and it may outlive the Jit: so both hold this by shared_ptr.
-struct Engine {
-    ~Engine() {
-        // The runtime symbols are absolute and every slice dylib is gone by now; ending the
-        // session is all that is left, and LLJIT's destructor does it.
-        lljit.reset();
-    }
-
-    AllowList allow;
-    unsigned opt_level = 2;
-    std::shared_ptr<TargetMachinePool> machines; // shared with the TimedCompiler inside lljit
-    std::shared_ptr<MaterialisationLog> log;     // shared with it and the session's error reporter
-    std::unique_ptr<orc::LLJIT> lljit;
-    orc::JITDylib* runtime = nullptr;
-    std::atomic<std::uint64_t> serial{0}; // makes every slice dylib name unique
-};
-
-/// One compiled slice in its own JITDylib; the entries were resolved at compile time.
+/// One compiled slice in its own JITDylib; the entries were resolved at compile time, so
+/// entry() never asks LLVM.
 class CompiledSlice final : public CompiledCode {
 public:
-    CompiledSlice(std::shared_ptr<Engine> engine, orc::JITDylib& dylib, const CodeHash& hash,
-                  const CompileStats& stats, std::map<std::string, bs_entry_fn, std::less<>> entries)
-        : engine_(std::move(engine)), dylib_(&dylib), hash_(hash), stats_(stats), entries_(std::move(entries)) {}
+    /// `engine` is shared by every CompiledSlice and the Jit: the slice's code is unloaded
+    /// through it, and a slice may outlive the Jit that made it.
+    CompiledSlice(std::shared_ptr<Engine> engine, CompiledParts parts, const CodeHash& hash)
+        : engine_(std::move(engine)), parts_(std::move(parts)), hash_(hash) {}
 
-    ~CompiledSlice() override {
-        if (auto err = engine_->lljit->getExecutionSession().removeJITDylib(*dylib_)) {
-            auto e = to_error(std::move(err), Errc::internal, "unloading slice " + to_hex(hash_, kHashDigitsInMessages));
-            spdlog::warn("jit: {}", e.describe());
-        }
-    }
+    ~CompiledSlice() override { engine_->unload(*parts_.dylib); }
+    CompiledSlice(const CompiledSlice&) = delete;
+    CompiledSlice& operator=(const CompiledSlice&) = delete;
 
     Result<bs_entry_fn> entry(std::string_view name) const override {
-        auto it = entries_.find(name);
-        if (it == entries_.end())
+        auto it = parts_.entries.find(name);
+        if (it == parts_.entries.end())
             return fail(Errc::entry_not_found,
                         fmt::format("slice {} has no kernel '{}'", to_hex(hash_, kHashDigitsInMessages), name));
         return it->second;
     }
     const CodeHash& hash() const override { return hash_; }
-    const CompileStats& stats() const override { return stats_; }
+    const CompileStats& stats() const override { return parts_.stats; }
+    const std::vector<std::byte>& bundle() const override { return parts_.bundle; }
 
 private:
     std::shared_ptr<Engine> engine_;
-    orc::JITDylib* dylib_;
+    CompiledParts parts_;
     CodeHash hash_;
-    CompileStats stats_;
-    std::map<std::string, bs_entry_fn, std::less<>> entries_;
 };
 
 using CodeResult = Result<std::shared_ptr<const CompiledCode>>;
@@ -272,8 +70,8 @@ public:
         if (!bytes) return tl::make_unexpected(bytes.error());
         auto code = compile_once(*bytes, hash, true);
         if (!code) {
-            // Whatever is wrong with the file (torn, tampered, or code this agent no longer
-            // accepts), the client still has the bundle: drop the file and ask for it.
+            // Whatever is wrong with the file (torn, tampered with, or code this agent no
+            // longer accepts), the client still has the bundle: drop the file and ask for it.
             cache_->remove(hash);
             return fail(Errc::code_missing, fmt::format("disk cache entry {} was unusable and is removed ({})",
                                                         to_hex(hash, kHashDigitsInMessages), code.error().describe()));
@@ -282,28 +80,29 @@ public:
     }
 
 private:
-    /// Compiles each hash once: a second thread asking for a hash being compiled waits for,
-    /// and returns, the first one's result.
+    /// Compiles each hash once: a thread asking for a hash that another is compiling waits
+    /// for, and returns, that one's result.
     CodeResult compile_once(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk) {
         if (auto code = cache_->find(expected)) return code;
         std::promise<CodeResult> promise;
         {
             std::unique_lock lock(in_flight_mutex_);
-            if (auto code = cache_->find(expected)) return code; // finished while we waited
+            if (auto code = cache_->find(expected)) return code; // finished meanwhile
             if (auto it = in_flight_.find(expected); it != in_flight_.end()) {
-                auto result = it->second;
+                auto pending = it->second;
                 lock.unlock();
-                return result.get();
+                return pending.get();
             }
             in_flight_.emplace(expected, promise.get_future().share());
         }
-        CodeResult result = build_guarded(bundle, expected, from_disk);
+        CodeResult result = build(bundle, expected, from_disk);
         if (result) {
             // Into the memory cache before leaving in_flight_, so no thread finds neither.
             result = cache_->insert(*result);
             if (!from_disk && cache_->has_dir()) {
-                if (auto stored = store_slice(bundle, expected); !stored)
-                    spdlog::warn("jit: not kept on disk: {}", stored.error().describe());
+                if (auto stored = cache_->store(expected, (*result)->bundle()); !stored)
+                    spdlog::warn("jit: slice {} not kept on disk: {}", to_hex(expected, kHashDigitsInMessages),
+                                 stored.error().describe());
             }
         }
         {
@@ -314,211 +113,23 @@ private:
         return result;
     }
 
-    /// The disk keeps only the slice that compiled: a single-slice bundle.
-    Result<void> store_slice(std::span<const std::byte> bundle, const CodeHash& hash) const {
-        if (cache_->on_disk(hash)) return {};
-        auto view = BundleView::parse(bundle);
-        if (!view) return tl::make_unexpected(view.error());
-        for (std::size_t i = 0; i < view->slices.size(); ++i)
-            if (view->slices[i].hash == hash) return cache_->store(hash, extract_slice(*view, i));
-        return {};
-    }
-
-    CodeResult build_guarded(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk) {
+    CodeResult build(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk) {
         try {
-            return build(bundle, expected, from_disk);
-        } catch (const std::exception& e) {
-            return fail(Errc::internal, fmt::format("compiling {}: {}", to_hex(expected, kHashDigitsInMessages), e.what()));
+            auto parts = engine_->compile(bundle, expected);
+            if (!parts) return tl::make_unexpected(parts.error());
+            parts->stats.from_disk = from_disk;
+            return std::make_shared<CompiledSlice>(engine_, std::move(*parts), expected);
+        } catch (const std::exception& e) { // bad_alloc, mostly: an answer, not a dead agent
+            return fail(Errc::internal,
+                        fmt::format("compiling {}: {}", to_hex(expected, kHashDigitsInMessages), e.what()));
         }
     }
-
-    CodeResult build(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk);
 
     std::shared_ptr<Engine> engine_; // declared before cache_: cached code unloads through it
     std::unique_ptr<CodeCache> cache_;
     std::mutex in_flight_mutex_;
     std::map<CodeHash, std::shared_future<CodeResult>> in_flight_;
 };
-
-CodeResult JitImpl::build(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk) {
-    CompileStats stats;
-    stats.from_disk = from_disk;
-    const HostInfo& me = host();
-    const std::string hex = to_hex(expected, kHashDigitsInMessages);
-    auto mark = Clock::now();
-
-    // 1. The container: lengths, offsets, and every slice against its hash.
-    auto view = BundleView::parse(bundle);
-    if (!view) return tl::make_unexpected(view.error());
-
-    // 2. The slice asked for, by content.
-    const SliceView* slice = nullptr;
-    for (const auto& s : view->slices)
-        if (s.hash == expected) slice = &s;
-    if (slice == nullptr) return fail(Errc::malformed_bundle, "no slice hashes to " + hex);
-
-    // 3. Made for this architecture and OS.
-    if (normalise_triple(slice->triple) != normalise_triple(me.triple))
-        return fail(Errc::no_matching_slice,
-                    fmt::format("bundle has slices for [{}]; this agent runs {}", view->triples(), me.triple));
-
-    // 4. Not made by a newer LLVM than ours. Bitcode is stable within a major.minor release
-    //    line, so the patch level does not count.
-    if (std::pair(slice->llvm.major, slice->llvm.minor) > std::pair(me.llvm.major, me.llvm.minor))
-        return fail(Errc::producer_too_new,
-                    fmt::format("slice {} was made by LLVM {}; this agent links LLVM {}", hex,
-                                to_string(slice->llvm), to_string(me.llvm)));
-    stats.verify_ms = lap_ms(mark);
-
-    // 5. Bitcode → IR, in a context of its own (modules of other compiles never share it).
-    auto context = std::make_unique<llvm::LLVMContext>();
-    llvm::MemoryBufferRef buffer(
-        llvm::StringRef(reinterpret_cast<const char*>(slice->bitcode.data()), slice->bitcode.size()), hex);
-    auto parsed = llvm::parseBitcodeFile(buffer, *context);
-    if (!parsed)
-        return tl::make_unexpected(to_error(parsed.takeError(), Errc::invalid_bitcode, "slice " + hex + " is not valid bitcode"));
-    std::unique_ptr<llvm::Module> module = std::move(*parsed);
-    {
-        std::string problems;
-        llvm::raw_string_ostream out(problems);
-        bool broken_debug_info = false;
-        if (llvm::verifyModule(*module, &out, &broken_debug_info))
-            return fail(Errc::invalid_bitcode, "slice " + hex + " fails the IR verifier: " + out.str());
-        // As LLVM's own tools do: broken debug info is dropped, not fatal.
-        if (broken_debug_info) llvm::StripDebugInfo(*module);
-    }
-
-    // 6. The allow-list, before any code is generated.
-    if (auto allowed = engine_->allow.check(*module); !allowed) return tl::make_unexpected(allowed.error());
-
-    // The bundle's entries this module defines (and exports); the others fail later, in
-    // entry(), with entry_not_found.
-    std::vector<std::string> entries;
-    for (const auto& name : view->entries) {
-        auto* f = module->getFunction(name);
-        if (f != nullptr && !f->isDeclaration() && !f->hasLocalLinkage()) entries.push_back(name);
-    }
-    stats.parse_ms = lap_ms(mark);
-
-    // 7. For this host: its CPU and features on every function, then the pass pipeline.
-    {
-        auto tm = engine_->machines->borrow();
-        if (!tm) return tl::make_unexpected(to_error(tm.takeError(), Errc::compile_failed, "creating a target machine"));
-        retarget(*module, **tm, me);
-        optimise(*module, **tm, engine_->opt_level);
-    }
-    stats.optimise_ms = lap_ms(mark);
-
-    // 8. A JITDylib of its own (bundles may reuse entry names), linked to the runtime only;
-    //    looking the entries up generates the code and links it.
-    auto& session = engine_->lljit->getExecutionSession();
-    const std::string dylib_name = fmt::format("bitship.slice.{}.{}", hex, engine_->serial++);
-    module->setModuleIdentifier(dylib_name);
-    auto& dylib = session.createBareJITDylib(dylib_name);
-    dylib.setLinkOrder({{engine_->runtime, orc::JITDylibLookupFlags::MatchExportedSymbolsOnly}});
-    // Nothing half-linked stays behind a failure.
-    auto discard = [&](Error error) -> CodeResult {
-        if (auto err = session.removeJITDylib(dylib))
-            spdlog::warn("jit: {}", to_error(std::move(err), Errc::internal, "discarding " + dylib_name).describe());
-        return tl::make_unexpected(std::move(error));
-    };
-    if (auto err = engine_->lljit->addIRModule(dylib, orc::ThreadSafeModule(std::move(module), std::move(context))))
-        return discard(to_error(std::move(err), Errc::compile_failed, "adding slice " + hex));
-
-    orc::SymbolLookupSet wanted;
-    std::map<orc::SymbolStringPtr, std::string> names;
-    for (const auto& name : entries) {
-        auto mangled = engine_->lljit->mangleAndIntern(name);
-        wanted.add(mangled);
-        names.emplace(mangled, name);
-    }
-    auto found = session.lookup(orc::makeJITDylibSearchOrder(&dylib, orc::JITDylibLookupFlags::MatchExportedSymbolsOnly),
-                                std::move(wanted));
-    auto materialised = engine_->log->take(dylib_name);
-    stats.codegen_ms = materialised.codegen_ms;
-    if (!found) {
-        // The cause (e.g. the symbols the linker could not resolve) first, then the lookup's
-        // own "failed to materialize".
-        auto error = to_error(llvm::joinErrors(std::move(materialised.error), found.takeError()),
-                              Errc::compile_failed, "compiling slice " + hex);
-        // The IR passed the allow-list, so what is missing now the backend asked for.
-        if (error.code == Errc::unresolved_symbol) error.message += " (a call introduced by code generation)";
-        return discard(std::move(error));
-    }
-    if (materialised.error)
-        spdlog::warn("jit: {}", to_error(std::move(materialised.error), Errc::internal, "slice " + hex).describe());
-
-    std::map<std::string, bs_entry_fn, std::less<>> resolved;
-    for (const auto& [mangled, symbol] : *found)
-        resolved.emplace(names.at(mangled), symbol.getAddress().toPtr<bs_entry_fn>());
-    stats.link_ms = std::max(0.0, lap_ms(mark) - stats.codegen_ms);
-    return std::make_shared<CompiledSlice>(engine_, dylib, expected, stats, std::move(resolved));
-}
-
-/// Builds the LLJIT and the runtime dylib: detectHost, PIC (JITLink places code anywhere in the
-/// address space), JITLink with in-process memory, no platform, no process symbols, and our
-/// timed, thread-safe compiler.
-Result<void> start_engine(Engine& engine) {
-    init_llvm_once();
-    auto fail_llvm = [](llvm::Error err, std::string_view what) {
-        return tl::make_unexpected(to_error(std::move(err), Errc::internal, what));
-    };
-    auto builder = orc::JITTargetMachineBuilder::detectHost();
-    if (!builder) return fail_llvm(builder.takeError(), "detecting the host target");
-    builder->setCodeGenOptLevel(codegen_level(engine.opt_level));
-    builder->setRelocationModel(llvm::Reloc::PIC_);
-    builder->setCodeModel(llvm::CodeModel::Small);
-    engine.machines = std::make_shared<TargetMachinePool>(*builder);
-    engine.log = std::make_shared<MaterialisationLog>();
-
-    auto lljit = orc::LLJITBuilder()
-                     .setJITTargetMachineBuilder(*builder)
-                     .setLinkProcessSymbolsByDefault(false)
-                     .setPlatformSetUp(orc::setUpInactivePlatform)
-                     .setObjectLinkingLayerCreator(
-                         [](orc::ExecutionSession& session, const llvm::Triple&)
-                             -> llvm::Expected<std::unique_ptr<orc::ObjectLayer>> {
-                             auto memory = llvm::jitlink::InProcessMemoryManager::Create();
-                             if (!memory) return memory.takeError();
-                             auto layer = std::make_unique<orc::ObjectLinkingLayer>(session, std::move(*memory));
-                             // Unwind tables, so a debugger or a crash handler can walk through
-                             // kernel frames.
-                             layer->addPlugin(std::make_unique<orc::EHFrameRegistrationPlugin>(
-                                 session, std::make_unique<llvm::jitlink::InProcessEHFrameRegistrar>()));
-                             layer->addPlugin(std::make_unique<FailureAttribution>());
-                             return layer;
-                         })
-                     .setCompileFunctionCreator(
-                         [machines = engine.machines, log = engine.log](orc::JITTargetMachineBuilder)
-                             -> llvm::Expected<std::unique_ptr<orc::IRCompileLayer::IRCompiler>> {
-                             return std::make_unique<TimedCompiler>(machines, log);
-                         })
-                     .create();
-    if (!lljit) return fail_llvm(lljit.takeError(), "starting the JIT");
-    engine.lljit = std::move(*lljit);
-
-    auto& session = engine.lljit->getExecutionSession();
-    session.setErrorReporter([log = engine.log](llvm::Error err) {
-        std::string dylib = std::exchange(t_failing_dylib, {});
-        err = llvm::handleErrors(std::move(err), [](const FiledError&) {});
-        if (!err) return;
-        if (!dylib.empty()) {
-            log->add_error(dylib, std::move(err));
-            return;
-        }
-        // Not a link of ours: no compile will collect it, so it is logged here.
-        spdlog::warn("jit: {}", to_error(std::move(err), Errc::internal, "JIT session").describe());
-    });
-
-    orc::SymbolMap symbols;
-    for (const auto& [name, address] : engine.allow.symbols())
-        symbols[engine.lljit->mangleAndIntern(name)] = {orc::ExecutorAddr::fromPtr(address), llvm::JITSymbolFlags::Exported};
-    auto& runtime = session.createBareJITDylib(kRuntimeDylib);
-    if (auto err = runtime.define(orc::absoluteSymbols(std::move(symbols))))
-        return fail_llvm(std::move(err), "defining the runtime symbols");
-    engine.runtime = &runtime;
-    return {};
-}
 
 } // namespace
 
@@ -529,12 +140,9 @@ Result<std::unique_ptr<Jit>> Jit::create(JitOptions options) {
     if (!allow) return tl::make_unexpected(allow.error());
     auto cache = CodeCache::open(options.cache_dir);
     if (!cache) return tl::make_unexpected(cache.error());
-
-    auto engine = std::make_shared<Engine>();
-    engine->allow = std::move(*allow);
-    engine->opt_level = options.opt_level;
-    if (auto started = start_engine(*engine); !started) return tl::make_unexpected(started.error());
-    return std::unique_ptr<Jit>(new JitImpl(std::move(engine), std::move(*cache)));
+    auto engine = Engine::start(std::move(*allow), options.opt_level);
+    if (!engine) return tl::make_unexpected(engine.error());
+    return std::unique_ptr<Jit>(new JitImpl(std::move(*engine), std::move(*cache)));
 }
 
 } // namespace bitship::jit

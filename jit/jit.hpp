@@ -67,6 +67,8 @@ public:
     [[nodiscard]] virtual Result<bs_entry_fn> entry(std::string_view name) const = 0;
     [[nodiscard]] virtual const CodeHash& hash() const = 0;
     [[nodiscard]] virtual const CompileStats& stats() const = 0;
+    /// The single-slice bundle this was compiled from: what an agent forwards to a peer.
+    [[nodiscard]] virtual const std::vector<std::byte>& bundle() const = 0;
 };
 
 /// Thread-safe: several worker threads may compile at once; lookups are cheap.

@@ -1,0 +1,61 @@
+#pragma once
+// The LLVM side of the JIT: one ORC LLJIT, a "bitship.runtime" JITDylib of absolute symbols
+// (the allow-list), and one JITDylib per compiled slice. Compiles a slice from bundle bytes to
+// resolved entry points; knows nothing of caching. Private to jit/.
+//
+// engine.cpp subclasses LLVM types, so it is built with -fno-rtti like libLLVM; the classes
+// behind the public interfaces (jit.cpp) keep RTTI, so UBSan's vptr check works on them.
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <bitship/bundle.hpp>
+#include <bitship/errc.hpp>
+#include <bitship/kernel.h>
+
+#include "allow_list.hpp"
+#include "jit.hpp"
+
+namespace llvm::orc {
+class JITDylib;
+}
+
+namespace bitship::jit {
+
+/// What one successful compile made.
+struct CompiledParts {
+    llvm::orc::JITDylib* dylib = nullptr; ///< holds the code; give it back with Engine::unload
+    std::map<std::string, bs_entry_fn, std::less<>> entries; ///< the bundle's entries it defines
+    CompileStats stats;
+    std::vector<std::byte> bundle; ///< the single-slice bundle it was compiled from
+};
+
+class Engine {
+public:
+    /// Starts the LLJIT; `opt_level` is 0..3.
+    static Result<std::shared_ptr<Engine>> start(AllowList allow, unsigned opt_level);
+    ~Engine();
+    Engine(const Engine&) = delete;
+    Engine& operator=(const Engine&) = delete;
+
+    /// Checks, retargets, optimises, generates and links the slice of `bundle` whose hash is
+    /// `expected` (the steps and errors of Jit::compile). Thread-safe. On failure nothing of
+    /// the slice stays loaded.
+    Result<CompiledParts> compile(std::span<const std::byte> bundle, const CodeHash& expected);
+
+    /// Frees the code in `dylib` (from a CompiledParts). Thread-safe.
+    void unload(llvm::orc::JITDylib& dylib) noexcept;
+
+    struct State;
+
+private:
+    explicit Engine(std::unique_ptr<State> state);
+    std::unique_ptr<State> state_;
+};
+
+} // namespace bitship::jit
