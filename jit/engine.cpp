@@ -353,7 +353,7 @@ Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const C
 /// Builds the LLJIT and the runtime dylib: detectHost, PIC (JITLink places code anywhere in the
 /// address space), JITLink with in-process memory, no platform, no process symbols, and our
 /// timed, thread-safe compiler.
-Result<std::shared_ptr<Engine>> Engine::start(AllowList allow, unsigned opt_level) {
+Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, unsigned opt_level) {
     auto state = std::make_unique<State>();
     State& engine = *state;
     engine.allow = std::move(allow);
@@ -416,7 +416,7 @@ Result<std::shared_ptr<Engine>> Engine::start(AllowList allow, unsigned opt_leve
     if (auto err = runtime.define(orc::absoluteSymbols(std::move(symbols))))
         return fail_llvm(std::move(err), "defining the runtime symbols");
     engine.runtime = &runtime;
-    return std::shared_ptr<Engine>(new Engine(std::move(state)));
+    return std::unique_ptr<Engine>(new Engine(std::move(state)));
 }
 
 } // namespace bitship::jit

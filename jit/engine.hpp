@@ -37,8 +37,9 @@ struct CompiledParts {
 
 class Engine {
 public:
-    /// Starts the LLJIT; `opt_level` is 0..3.
-    static Result<std::shared_ptr<Engine>> start(AllowList allow, unsigned opt_level);
+    /// Starts the LLJIT; `opt_level` is 0..3. A unique_ptr: the caller makes it shared, so the
+    /// shared_ptr's control block comes from a file with RTTI (see above).
+    static Result<std::unique_ptr<Engine>> start(AllowList allow, unsigned opt_level);
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;

@@ -142,7 +142,7 @@ Result<std::unique_ptr<Jit>> Jit::create(JitOptions options) {
     if (!cache) return tl::make_unexpected(cache.error());
     auto engine = Engine::start(std::move(*allow), options.opt_level);
     if (!engine) return tl::make_unexpected(engine.error());
-    return std::unique_ptr<Jit>(new JitImpl(std::move(*engine), std::move(*cache)));
+    return std::unique_ptr<Jit>(new JitImpl(std::shared_ptr<Engine>(std::move(*engine)), std::move(*cache)));
 }
 
 } // namespace bitship::jit
