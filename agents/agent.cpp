@@ -2,20 +2,32 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <deque>
+#include <future>
+#include <map>
 #include <random>
+#include <set>
 #include <unordered_map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "engine.hpp"
+#include "core/engine.hpp"
 #include "kernel_guard.hpp"
+#include "regions.hpp"
 #include "runtime.hpp"
 #include "topology.hpp"
 #include "worker_pool.hpp"
 
 namespace bitship::agent {
 namespace {
+
+using Clock = std::chrono::steady_clock;
+
+/// How long a forwarded RUN is remembered, so the next agent can ask for its code.
+constexpr auto kForwardMemory = std::chrono::seconds(30);
+/// Messages queued for a peer agent while its connection is being made.
+constexpr std::size_t kMaxQueuedPerLink = 1 << 16;
 
 struct CodeHashHasher {
     std::size_t operator()(const CodeHash& h) const noexcept {
@@ -29,15 +41,39 @@ struct CodeHashHasher {
 struct RunRequest {
     ucp_ep_h ep = nullptr;
     std::uint64_t conn = 0; ///< the connection's id, so a reply never reaches a reused ep
-    std::uint64_t id = 0;
+    std::uint64_t id = 0;   ///< this hop's request id (NEED_CODE answers it)
     std::vector<std::byte> payload;
     wire::Run run;
+};
+
+// A compiled kernel or an operator's native one: what a worker runs.
+struct Runnable {
+    std::shared_ptr<const jit::CompiledCode> code; // keeps JIT code loaded while it runs
+    bs_entry_fn fn = nullptr;
+};
+
+// A forwarded RUN, owned, for a resend with code on NEED_CODE.
+struct Forwarded {
+    std::string link;
+    CodeHash hash{};
+    wire::Encoded message; // as sent, without code
+    Clock::time_point sent;
+};
+
+// A connection this agent made to a peer agent, to forward to.
+struct Link {
+    std::string address;
+    ucp_ep_h ep = nullptr;
+    bool welcomed = false;
+    std::set<CodeHash> known; ///< hashes sent over this link
+    std::vector<std::uint64_t> queued; ///< forwarded ids waiting for WELCOME
 };
 
 #define BITSHIP_AGENT_COUNTERS(X)                                                                  \
     X(connections) X(runs) X(results) X(errors) X(need_code_sent) X(code_received)                 \
     X(code_bytes_received) X(compiles) X(compile_failures) X(cache_hits) X(disk_loads)             \
     X(malformed_messages) X(kernel_failures) X(kernel_crashes) X(kernel_timeouts) X(pings)           \
+    X(forwards) X(forwards_local) X(code_forwarded) X(native_runs)                                  \
     X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
     X(last_compile_codegen_ns) X(last_compile_link_ns)
 
@@ -47,28 +83,45 @@ struct Counters {
 #undef X
 };
 
+std::pair<std::string, std::uint16_t> split_host_port(std::string_view a) {
+    auto colon = a.rfind(':');
+    if (colon == std::string_view::npos) return {std::string(a), 0};
+    unsigned port = 0;
+    for (char c : a.substr(colon + 1)) port = c >= '0' && c <= '9' && port < 65536 ? port * 10 + unsigned(c - '0') : 70000;
+    return {std::string(a.substr(0, colon)), port > 65535 ? std::uint16_t{0} : static_cast<std::uint16_t>(port)};
+}
+
 } // namespace
 
 struct Agent::Impl {
     AgentConfig config;
     std::unique_ptr<jit::Jit> jit;
     std::unique_ptr<Engine> engine;
+    std::unique_ptr<RegionTable> regions;
     std::unique_ptr<WorkerPool> pool;
     Topology topology;
     std::uint16_t port = 0;
     std::uint64_t instance = 0;
     Counters counters;
     std::atomic<bool> stopped{false};
+    std::map<std::string, bs_entry_fn, std::less<>> natives;
 
     // Progress thread only.
     std::unordered_map<ucp_ep_h, std::uint64_t> connections;
     std::uint64_t next_conn = 1;
+    std::uint64_t next_forward_id = 1;
     // Requests waiting for a compile of their hash that is already under way.
     std::unordered_map<CodeHash, std::vector<std::shared_ptr<RunRequest>>, CodeHashHasher> compiling;
+    std::map<std::string, Link> links;
+    std::unordered_map<ucp_ep_h, std::string> link_by_ep;
+    std::unordered_map<std::uint64_t, Forwarded> forwarded;
+    std::deque<std::uint64_t> forwarded_order;
+    std::map<std::vector<std::byte>, ucp_ep_h> reply_eps; ///< caller worker address → ep
+    std::unordered_map<ucp_ep_h, std::vector<std::byte>> reply_ep_address;
 
     std::string address() const { return fmt::format("{}:{}", config.host, port); }
 
-    // --- progress thread ------------------------------------------------------------------
+    // --- progress thread: answering -------------------------------------------------------
 
     void reply(ucp_ep_h ep, std::uint64_t conn, wire::Encoded&& m) {
         auto it = connections.find(ep);
@@ -79,16 +132,50 @@ struct Agent::Impl {
         engine->send(ep, std::move(m));
     }
 
-    void reply_error(ucp_ep_h ep, std::uint64_t conn, std::uint64_t id, const Error& e, std::int32_t kernel_code = 0) {
+    // The endpoint to a caller's worker (the reply-to of a forwarded call), made on first use.
+    ucp_ep_h reply_ep(std::span<const std::byte> address) {
+        std::vector<std::byte> key(address.begin(), address.end());
+        if (auto it = reply_eps.find(key); it != reply_eps.end()) return it->second;
+        auto ep = engine->connect_to_worker(address);
+        if (!ep) {
+            spdlog::warn("cannot reach a caller's reply-to address: {}", ep.error().describe());
+            return nullptr;
+        }
+        reply_eps.emplace(key, *ep);
+        reply_ep_address.emplace(*ep, std::move(key));
+        return *ep;
+    }
+
+    // The final answer of a call: to the sender at hop 0, to the caller's reply-to after a forward.
+    void answer(const RunRequest& r, wire::Encoded&& m) {
+        m.header.request_id = r.run.hops == 0 ? r.id : r.run.origin;
+        if (r.run.hops == 0 || r.run.reply_to.empty()) {
+            reply(r.ep, r.conn, std::move(m));
+            return;
+        }
+        if (auto* ep = reply_ep(r.run.reply_to)) engine->send(ep, std::move(m));
+    }
+
+    void answer_error(const RunRequest& r, const Error& e, std::int32_t kernel_code = 0) {
+        counters.errors.fetch_add(1, std::memory_order_relaxed);
+        spdlog::info("request {}: {}", r.id, e.describe());
+        // After a forward the caller has no connection to us, so the message says who we are.
+        auto text = r.run.hops == 0 ? e.message : fmt::format("agent {}: {}", address(), e.message);
+        answer(r, wire::encode_error(0, e.code, text, kernel_code));
+    }
+
+    void reply_error(ucp_ep_h ep, std::uint64_t conn, std::uint64_t id, const Error& e) {
         counters.errors.fetch_add(1, std::memory_order_relaxed);
         spdlog::info("request {}: {}", id, e.describe());
-        reply(ep, conn, wire::encode_error(id, e.code, e.message, kernel_code));
+        reply(ep, conn, wire::encode_error(id, e.code, e.message));
     }
 
     std::uint64_t conn_of(ucp_ep_h ep) const {
         auto it = connections.find(ep);
         return it == connections.end() ? 0 : it->second;
     }
+
+    // --- progress thread: events ----------------------------------------------------------
 
     void on_conn_request(ucp_conn_request_h request) {
         auto ep = engine->accept(request);
@@ -107,10 +194,14 @@ struct Agent::Impl {
     }
 
     void on_message(Incoming&& in) {
+        if (auto link = link_by_ep.find(in.ep); link != link_by_ep.end()) {
+            on_link_message(link->second, std::move(in));
+            return;
+        }
         auto conn = conn_of(in.ep);
         if (!in.ep || !conn) {
             counters.malformed_messages.fetch_add(1, std::memory_order_relaxed);
-            spdlog::warn("{} message with no reply endpoint dropped", wire::to_string(in.header.type));
+            spdlog::warn("{} message from no known connection dropped", wire::to_string(in.header.type));
             return;
         }
         auto msg = wire::decode(in.header, in.payload);
@@ -144,16 +235,29 @@ struct Agent::Impl {
             reply(in.ep, conn, wire::encode_stats_reply(in.header.request_id, all));
             return;
         }
+        case wire::Type::region: {
+            auto name = std::get<wire::Region>(msg->body).name;
+            const auto* r = regions->find(name);
+            if (!r) {
+                reply_error(in.ep, conn, in.header.request_id,
+                            Error{Errc::region_not_found, fmt::format("agent has no memory region '{}'", name)});
+                return;
+            }
+            wire::RegionInfo info{reinterpret_cast<std::uint64_t>(r->base), r->size, r->mapped.packed_rkey};
+            reply(in.ep, conn, wire::encode_region_info(in.header.request_id, info));
+            return;
+        }
         case wire::Type::run: {
             auto r = std::make_shared<RunRequest>();
             r->ep = in.ep;
             r->conn = conn;
             r->id = in.header.request_id;
-            r->run = std::get<wire::Run>(msg->body); // spans into in.payload ...
-            r->payload = std::move(in.payload);      // ... whose buffer moves, not reallocates
+            r->run = std::get<wire::Run>(std::move(msg->body)); // spans into in.payload ...
+            r->payload = std::move(in.payload);                  // ... whose buffer moves, not reallocates
             on_run(std::move(r));
             return;
         }
+        case wire::Type::need_code: // a peer agent asking over a connection it made to us: not ours
         default:
             reply_error(in.ep, conn, in.header.request_id,
                         Error{Errc::unknown_message, fmt::format("an agent does not accept {} messages",
@@ -164,13 +268,23 @@ struct Agent::Impl {
     void on_run(std::shared_ptr<RunRequest> r) {
         counters.runs.fetch_add(1, std::memory_order_relaxed);
         if (r->run.args.size() > config.limits.max_args) {
-            reply_error(r->ep, r->conn, r->id, Error{Errc::too_large, fmt::format("{} bytes of arguments exceed the limit of {}",
-                                                                                  r->run.args.size(), config.limits.max_args)});
+            answer_error(*r, Error{Errc::too_large, fmt::format("{} bytes of arguments exceed the limit of {}",
+                                                               r->run.args.size(), config.limits.max_args)});
+            return;
+        }
+        if (r->run.hash == CodeHash{}) { // an operator's native kernel
+            auto it = natives.find(r->run.entry);
+            if (it == natives.end()) {
+                answer_error(*r, Error{Errc::entry_not_found, fmt::format("agent has no native kernel '{}'", r->run.entry)});
+                return;
+            }
+            counters.native_runs.fetch_add(1, std::memory_order_relaxed);
+            run_kernel(std::move(r), Runnable{nullptr, it->second});
             return;
         }
         if (auto code = jit->find(r->run.hash)) {
             counters.cache_hits.fetch_add(1, std::memory_order_relaxed);
-            run_kernel(std::move(r), std::move(code));
+            run_compiled(std::move(r), std::move(code));
             return;
         }
         if (auto it = compiling.find(r->run.hash); it != compiling.end()) {
@@ -203,7 +317,7 @@ struct Agent::Impl {
         auto waiting = std::move(node.mapped());
         if (!code) {
             counters.compile_failures.fetch_add(1, std::memory_order_relaxed);
-            for (auto& r : waiting) reply_error(r->ep, r->conn, r->id, code.error());
+            for (auto& r : waiting) answer_error(*r, code.error());
             return;
         }
         counters.compiles.fetch_add(1, std::memory_order_relaxed);
@@ -218,50 +332,251 @@ struct Agent::Impl {
         spdlog::info("compiled {}{}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
                      to_hex(hash, 16), s.from_disk ? " (from disk cache)" : "", s.verify_ms, s.parse_ms, s.optimise_ms,
                      s.codegen_ms, s.link_ms);
-        for (auto& r : waiting) run_kernel(std::move(r), *code);
+        for (auto& r : waiting) run_compiled(std::move(r), *code);
     }
 
-    void run_kernel(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code) {
+    void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code) {
         auto fn = code->entry(r->run.entry);
         if (!fn) {
-            reply_error(r->ep, r->conn, r->id, fn.error());
+            answer_error(*r, fn.error());
             return;
         }
-        bool queued = pool->submit([this, r, code = std::move(code), fn = *fn] {
+        run_kernel(std::move(r), Runnable{std::move(code), *fn});
+    }
+
+    const Region* create_region_from_worker(const char* name, std::size_t size) {
+        // Registration belongs to the progress thread: ask it and wait (it never waits on us).
+        auto done = std::make_shared<std::promise<const Region*>>();
+        auto result = done->get_future();
+        engine->post([this, done, name = std::string(name), size] {
+            auto r = regions->create(name, size);
+            if (!r) spdlog::warn("a kernel's region: {}", r.error().describe());
+            done->set_value(r ? *r : nullptr);
+        });
+        return result.get();
+    }
+
+    void run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
+        bool queued = pool->submit([this, r, what = std::move(what)] {
             bs_ctx ctx;
             ctx.args = r->run.args;
             ctx.max_result = config.limits.max_result;
-            auto stopped = run_guarded(fn, &ctx, config.kernel_timeout);
-            engine->post([this, r, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {
-                finish_kernel(*r, stopped, ctx);
+            ctx.max_args = config.limits.max_args;
+            ctx.run = &r->run;
+            ctx.regions = regions.get();
+            ctx.create_region = [this](const char* name, std::size_t size) { return create_region_from_worker(name, size); };
+            auto stopped = run_guarded(what.fn, &ctx, config.kernel_timeout);
+            ctx.create_region = nullptr;
+            engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {
+                finish_kernel(r, code, stopped, ctx);
             });
         });
-        if (!queued) reply_error(r->ep, r->conn, r->id, Error{Errc::shutting_down, "agent is shutting down"});
+        if (!queued) answer_error(*r, Error{Errc::shutting_down, "agent is shutting down"});
     }
 
-    void finish_kernel(const RunRequest& r, const std::optional<Error>& stopped, bs_ctx& ctx) {
+    void finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,
+                       const std::optional<Error>& stopped, bs_ctx& ctx) {
         if (stopped) {
             auto& c = stopped->code == Errc::kernel_timeout ? counters.kernel_timeouts : counters.kernel_crashes;
             c.fetch_add(1, std::memory_order_relaxed);
-            spdlog::warn("kernel '{}' of {}: {}", r.run.entry, to_hex(r.run.hash, 16), stopped->message);
-            reply_error(r.ep, r.conn, r.id,
-                        Error{stopped->code, fmt::format("kernel '{}': {}", r.run.entry, stopped->message)});
+            spdlog::warn("kernel '{}' of {}: {}", r->run.entry, to_hex(r->run.hash, 16), stopped->message);
+            answer_error(*r, Error{stopped->code, fmt::format("kernel '{}': {}", r->run.entry, stopped->message)});
+            return;
+        }
+        if (ctx.runtime_error) {
+            answer_error(*r, *ctx.runtime_error);
+            return;
+        }
+        if (ctx.forward) {
+            forward(*r, code, std::move(*ctx.forward));
             return;
         }
         if (ctx.failed) {
             counters.kernel_failures.fetch_add(1, std::memory_order_relaxed);
-            reply_error(r.ep, r.conn, r.id,
-                        Error{Errc::kernel_failed, fmt::format("kernel '{}' failed with code {}: {}", r.run.entry,
-                                                               ctx.fail_code, ctx.fail_message)},
-                        ctx.fail_code);
+            answer_error(*r,
+                         Error{Errc::kernel_failed, fmt::format("kernel '{}' failed with code {}: {}", r->run.entry,
+                                                                ctx.fail_code, ctx.fail_message)},
+                         ctx.fail_code);
             return;
         }
         counters.results.fetch_add(1, std::memory_order_relaxed);
-        reply(r.ep, r.conn, wire::encode_result(r.id, std::move(ctx.reply)));
+        answer(*r, wire::encode_result(0, std::move(ctx.reply)));
+    }
+
+    // --- progress thread: forwarding ------------------------------------------------------
+
+    void forward(const RunRequest& r, const std::shared_ptr<const jit::CompiledCode>& code, ForwardRequest f) {
+        wire::Run next;
+        next.hash = r.run.hash;
+        next.origin = r.run.hops == 0 ? r.id : r.run.origin;
+        next.hop_budget = static_cast<std::uint16_t>(r.run.hop_budget - 1);
+        next.hops = static_cast<std::uint16_t>(r.run.hops + 1);
+        next.self_index = static_cast<std::uint16_t>(f.peer);
+        next.entry = f.entry;
+        next.args = f.args;
+        next.peers = r.run.peers;
+        // Hop 0 may have come without a reply-to only when it had no peers; bs_forward refused.
+        next.reply_to = r.run.reply_to;
+        auto id = next_forward_id++;
+
+        if (f.peer == r.run.self_index) {
+            // A forward to ourselves: no network, same rules (hop budget, reply-to).
+            counters.forwards_local.fetch_add(1, std::memory_order_relaxed);
+            auto local = std::make_shared<RunRequest>();
+            auto encoded = wire::encode_run(id, next);
+            local->ep = r.ep;
+            local->conn = r.conn;
+            local->id = id;
+            local->payload = std::move(encoded.payload);
+            auto decoded = wire::decode(encoded.header, local->payload);
+            local->run = std::get<wire::Run>(std::move(decoded->body));
+            on_run(std::move(local));
+            return;
+        }
+        counters.forwards.fetch_add(1, std::memory_order_relaxed);
+        auto address = std::string(r.run.peers[f.peer]);
+        auto& link = link_to(address);
+        Forwarded fw{address, r.run.hash, wire::encode_run(id, next), Clock::now()};
+        remember(id, std::move(fw), code);
+        if (!link.welcomed) {
+            if (link.queued.size() >= kMaxQueuedPerLink) {
+                answer_error(r, Error{Errc::too_large, fmt::format("too many forwards queued for peer {}", address)});
+                forget(id);
+                return;
+            }
+            link.queued.push_back(id);
+            return;
+        }
+        send_forward(link, id);
+    }
+
+    // Keeps a forwarded RUN (and the code it may need) for NEED_CODE; drops old ones.
+    std::unordered_map<std::uint64_t, std::shared_ptr<const jit::CompiledCode>> forwarded_code;
+    void remember(std::uint64_t id, Forwarded fw, const std::shared_ptr<const jit::CompiledCode>& code) {
+        auto now = Clock::now();
+        while (!forwarded_order.empty()) {
+            auto it = forwarded.find(forwarded_order.front());
+            if (it != forwarded.end() && now - it->second.sent < kForwardMemory) break;
+            if (it != forwarded.end()) forwarded.erase(it);
+            forwarded_code.erase(forwarded_order.front());
+            forwarded_order.pop_front();
+        }
+        forwarded.emplace(id, std::move(fw));
+        forwarded_code.emplace(id, code);
+        forwarded_order.push_back(id);
+    }
+    void forget(std::uint64_t id) {
+        forwarded.erase(id);
+        forwarded_code.erase(id);
+    }
+
+    void send_forward(Link& link, std::uint64_t id, bool with_code = false) {
+        auto it = forwarded.find(id);
+        if (it == forwarded.end()) return;
+        auto& fw = it->second;
+        const auto& code = forwarded_code[id];
+        // A native kernel (all-zero hash) has no code to send: the peer has it or refuses.
+        with_code = fw.hash != CodeHash{} && code && (with_code || !link.known.contains(fw.hash));
+        if (!with_code) {
+            auto copy = fw.message;
+            engine->send(link.ep, std::move(copy));
+            return;
+        }
+        // Re-encode with the code attached: decode what we sent, add the bundle.
+        auto m = wire::decode(fw.message.header, fw.message.payload);
+        auto run = std::get<wire::Run>(m->body);
+        run.code = code->bundle();
+        counters.code_forwarded.fetch_add(1, std::memory_order_relaxed);
+        engine->send(link.ep, wire::encode_run(id, run));
+        link.known.insert(fw.hash);
+    }
+
+    Link& link_to(const std::string& address) {
+        auto [it, made] = links.try_emplace(address);
+        auto& link = it->second;
+        if (made || !link.ep) {
+            link.address = address;
+            link.welcomed = false;
+            auto [host, port] = split_host_port(address);
+            auto ep = port ? engine->connect(host, port) : Result<ucp_ep_h>(fail(Errc::invalid_argument, "no port"));
+            if (!ep) {
+                spdlog::warn("cannot connect to peer {}: {}", address, ep.error().describe());
+                return link; // ep stays null: queued forwards fail in fail_link below
+            }
+            link.ep = *ep;
+            link_by_ep[link.ep] = address;
+            engine->send(link.ep, wire::encode_hello("xagent " + this->address()));
+        }
+        return link;
+    }
+
+    void on_link_message(const std::string& address, Incoming&& in) {
+        auto& link = links[address];
+        auto msg = wire::decode(in.header, in.payload);
+        if (!msg) {
+            spdlog::warn("bad message from peer {}: {}", address, msg.error().describe());
+            return;
+        }
+        switch (in.header.type) {
+        case wire::Type::welcome: {
+            link.welcomed = true;
+            auto queued = std::move(link.queued);
+            link.queued.clear();
+            for (auto id : queued) send_forward(link, id);
+            return;
+        }
+        case wire::Type::need_code:
+            if (forwarded.contains(in.header.request_id)) send_forward(link, in.header.request_id, true);
+            else spdlog::warn("peer {} asked for the code of a forward no longer remembered", address);
+            return;
+        case wire::Type::error: {
+            // The peer refused a forward before running it (bad message, limits): the caller
+            // must hear of it, and the forward is ours to report.
+            auto it = forwarded.find(in.header.request_id);
+            if (it == forwarded.end()) return;
+            const auto& e = std::get<wire::ErrorMsg>(msg->body);
+            auto m = wire::decode(it->second.message.header, it->second.message.payload);
+            const auto& run = std::get<wire::Run>(m->body);
+            if (auto* ep = reply_ep(run.reply_to))
+                engine->send(ep, wire::encode_error(run.origin, e.code, fmt::format("agent {}: {}", address, e.message)));
+            forget(in.header.request_id);
+            return;
+        }
+        default: spdlog::debug("{} from peer {} ignored", wire::to_string(in.header.type), address);
+        }
+    }
+
+    void fail_link(Link& link, const Error& why) {
+        // Forwards not yet sent: their callers are told. Sent ones are the peer's to answer;
+        // if it died, the caller's deadline covers them.
+        for (auto id : link.queued) {
+            auto it = forwarded.find(id);
+            if (it == forwarded.end()) continue;
+            auto m = wire::decode(it->second.message.header, it->second.message.payload);
+            const auto& run = std::get<wire::Run>(m->body);
+            if (auto* ep = reply_ep(run.reply_to))
+                engine->send(ep, wire::encode_error(run.origin, Errc::disconnected,
+                                                    fmt::format("agent {}: forwarding to peer {} failed: {}", address(),
+                                                                link.address, why.message)));
+            forget(id);
+        }
+        link.queued.clear();
+        link.known.clear();
+        link.welcomed = false;
+        if (link.ep) link_by_ep.erase(link.ep);
+        link.ep = nullptr;
     }
 
     void on_ep_error(ucp_ep_h ep, const Error& e) {
         if (connections.erase(ep)) spdlog::info("client went away: {}", e.message);
+        if (auto it = link_by_ep.find(ep); it != link_by_ep.end()) {
+            spdlog::warn("peer {} went away: {}", it->second, e.message);
+            fail_link(links[it->second], e);
+        }
+        if (auto it = reply_ep_address.find(ep); it != reply_ep_address.end()) {
+            reply_eps.erase(it->second);
+            reply_ep_address.erase(it);
+        }
     }
 
     std::vector<std::pair<std::string, std::uint64_t>> counter_values() const {
@@ -282,6 +597,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     impl->config = config;
     impl->topology = detect_topology();
     impl->instance = std::random_device{}() | (static_cast<std::uint64_t>(std::random_device{}()) << 32);
+    for (const auto& [name, fn] : config.native_kernels) impl->natives.emplace(name, fn);
     install_kernel_guard();
 
     // 1. The JIT, linking kernels against the runtime, the curated libc subset and the
@@ -317,8 +633,15 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     auto engine = Engine::create(eo, std::move(hooks));
     if (!engine) return tl::make_unexpected(engine.error());
     impl->engine = std::move(*engine);
+    impl->regions = std::make_unique<RegionTable>(*impl->engine);
 
-    // 3. Listen before the thread starts, so a bad address fails start() itself.
+    // 3. Regions from the command line, before anyone can connect.
+    for (const auto& [name, size] : config.regions) {
+        auto r = impl->regions->create(name, size);
+        if (!r) return tl::make_unexpected(r.error());
+    }
+
+    // 4. Listen before the thread starts, so a bad address fails start() itself.
     auto port = impl->engine->listen(config.host, config.port);
     if (!port) return tl::make_unexpected(port.error());
     impl->port = *port;
@@ -334,10 +657,11 @@ void Agent::stop() {
     impl_->engine->post([impl = impl_.get()] {
         Error why{Errc::shutting_down, "agent is shutting down"};
         for (auto& [hash, waiting] : impl->compiling)
-            for (auto& r : waiting) impl->reply_error(r->ep, r->conn, r->id, why);
+            for (auto& r : waiting) impl->answer_error(*r, why);
         impl->compiling.clear();
     });
     impl_->engine->stop();
+    impl_->regions->clear();
 }
 
 std::string Agent::address() const { return impl_->address(); }

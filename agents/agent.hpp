@@ -18,7 +18,7 @@
 #include <bitship/transport.hpp>
 
 #include "jit.hpp"
-#include "wire.hpp"
+#include "core/wire.hpp"
 
 namespace bitship::agent {
 
@@ -38,6 +38,11 @@ struct AgentConfig {
     bool loopback_only = false;
     /// Symbols the operator exports to kernels on purpose, beyond the runtime and libc subset.
     std::vector<jit::Export> exports;
+    /// Memory regions made at start ("NAME=SIZE" parsed), registered for RDMA.
+    std::vector<std::pair<std::string, std::size_t>> regions;
+    /// Native (pre-compiled) kernels the operator installs, run like shipped ones: the
+    /// baseline shipped code is compared against. Called by RUNs with an all-zero hash.
+    std::vector<std::pair<std::string, bs_entry_fn>> native_kernels;
 };
 
 class Agent {

@@ -2,6 +2,10 @@
 
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "regions.hpp"
+
 namespace {
 constexpr std::size_t kMaxFailMessage = 1024;
 constexpr char kNoArgs[1] = {};
@@ -38,6 +42,64 @@ int bs_fail(bs_ctx* ctx, int code, const char* message) {
     return BS_OK;
 }
 
+void* bs_region(bs_ctx* ctx, const char* name, size_t* size) {
+    if (size) *size = 0;
+    if (!ctx || !name || !ctx->regions) return nullptr;
+    const auto* r = ctx->regions->find(name);
+    if (!r) return nullptr;
+    if (size) *size = r->size;
+    return r->base;
+}
+
+void* bs_region_create(bs_ctx* ctx, const char* name, size_t size, size_t* actual) {
+    if (actual) *actual = 0;
+    if (!ctx || !name || !*name || size == 0) return nullptr;
+    if (ctx->regions) {
+        if (const auto* r = ctx->regions->find(name)) {
+            if (actual) *actual = r->size;
+            return r->base;
+        }
+    }
+    if (!ctx->create_region) return nullptr;
+    const auto* r = ctx->create_region(name, size);
+    if (!r) return nullptr;
+    if (actual) *actual = r->size;
+    return r->base;
+}
+
+int bs_self(bs_ctx* ctx, uint32_t* count) {
+    std::size_t n = ctx && ctx->run ? ctx->run->peers.size() : 0;
+    if (count) *count = static_cast<uint32_t>(n);
+    return n ? static_cast<int>(ctx->run->self_index) : -1;
+}
+
+int bs_ship(bs_ctx* ctx, uint32_t peer, const char* entry, const void* args, size_t len) {
+    if (!ctx || !entry || (!args && len)) return BS_EINVAL;
+    if (ctx->answered) return BS_EALREADY;
+    if (!ctx->run || peer >= ctx->run->peers.size()) return BS_ENOPEER;
+    if (len > ctx->max_args) return BS_ETOOLARGE;
+    ctx->answered = true;
+    if (ctx->run->hop_budget == 0) {
+        ctx->runtime_error = bitship::Error{
+            bitship::Errc::hop_budget_exceeded,
+            fmt::format("kernel '{}' tried to forward to peer {} ({}) after {} hops: the hop budget is spent", ctx->run->entry,
+                        peer, ctx->run->peers[peer], ctx->run->hops)};
+        return BS_EHOPS;
+    }
+    bitship::agent::ForwardRequest f;
+    f.peer = peer;
+    f.entry = entry;
+    auto* first = static_cast<const std::byte*>(args);
+    f.args.assign(first, first + len);
+    ctx->forward = std::move(f);
+    return BS_OK;
+}
+
+int bs_forward(bs_ctx* ctx, uint32_t peer, const void* args, size_t len) {
+    if (!ctx || !ctx->run) return BS_EINVAL;
+    return bs_ship(ctx, peer, std::string(ctx->run->entry).c_str(), args, len);
+}
+
 } // extern "C"
 
 namespace bitship::agent {
@@ -47,6 +109,11 @@ std::vector<jit::Export> runtime_exports() {
         {"bs_args", reinterpret_cast<void*>(&bs_args)},
         {"bs_reply", reinterpret_cast<void*>(&bs_reply)},
         {"bs_fail", reinterpret_cast<void*>(&bs_fail)},
+        {"bs_region", reinterpret_cast<void*>(&bs_region)},
+        {"bs_region_create", reinterpret_cast<void*>(&bs_region_create)},
+        {"bs_self", reinterpret_cast<void*>(&bs_self)},
+        {"bs_forward", reinterpret_cast<void*>(&bs_forward)},
+        {"bs_ship", reinterpret_cast<void*>(&bs_ship)},
     };
 }
 

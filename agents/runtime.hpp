@@ -8,24 +8,49 @@
 #include <string>
 #include <vector>
 
+#include <functional>
+#include <optional>
+
+#include <bitship/errc.hpp>
 #include <bitship/kernel.h>
 
 #include "jit.hpp"
+#include "core/wire.hpp"
+
+namespace bitship::agent {
+class RegionTable;
+struct Region;
+
+/// What a kernel asked for with bs_forward / bs_ship; carried out after it returns.
+struct ForwardRequest {
+    std::uint32_t peer = 0;
+    std::string entry;
+    std::vector<std::byte> args;
+};
+} // namespace bitship::agent
 
 /// One call's context; lives on the worker's stack while the kernel runs.
 struct bs_ctx {
     std::span<const std::byte> args;
     std::size_t max_result = 0;
+    std::size_t max_args = 0;
+    const bitship::wire::Run* run = nullptr;           ///< the call: peers, hop budget
+    const bitship::agent::RegionTable* regions = nullptr;
+    /// Makes a region on the progress thread (UCX registration lives there); may be empty.
+    std::function<const bitship::agent::Region*(const char* name, std::size_t size)> create_region;
+
     bool answered = false;
     bool failed = false;
     int fail_code = 0;
     std::string fail_message;
+    std::optional<bitship::Error> runtime_error; ///< a failure the runtime raised (hop budget)
+    std::optional<bitship::agent::ForwardRequest> forward;
     std::vector<std::byte> reply;
 };
 
 namespace bitship::agent {
 
-/// bs_args, bs_reply, bs_fail: what every kernel may call.
+/// bs_args, bs_reply, bs_fail, bs_region, bs_forward, ...: what every kernel may call.
 std::vector<jit::Export> runtime_exports();
 
 } // namespace bitship::agent

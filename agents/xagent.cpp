@@ -16,7 +16,9 @@
 #include <spdlog/spdlog.h>
 
 #include "agent.hpp"
+#include "chase.hpp"
 #include "jit.hpp"
+#include "regions.hpp"
 
 namespace {
 
@@ -51,6 +53,8 @@ int main(int argc, char** argv) {
     std::uint64_t max_message = config.limits.max_message;
     std::uint32_t max_args = config.limits.max_args, max_result = config.limits.max_result;
     bool loopback = false;
+    bool no_native = false;
+    std::vector<std::string> region_specs;
 
     app.add_option("--listen", listen, "HOST:PORT to listen on; port 0 picks a free one and prints it")->capture_default_str();
     app.add_option("--port-file", port_file, "write the bound port to this file once listening");
@@ -67,6 +71,8 @@ int main(int argc, char** argv) {
     app.add_option("--max-message", max_message, "largest message accepted, bytes")->capture_default_str();
     app.add_option("--max-args", max_args, "largest argument block, bytes")->capture_default_str();
     app.add_option("--max-result", max_result, "largest kernel reply, bytes")->capture_default_str();
+    app.add_option("--region", region_specs, "allocate and register memory region NAME=SIZE (e.g. chase=1G); repeatable");
+    app.add_flag("--no-native", no_native, "do not pre-install the native xrdma handlers (chase)");
     app.add_flag("--loopback", loopback, "pin UCX to the loopback device (UCX_NET_DEVICES=lo) unless set already");
     app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();
@@ -99,6 +105,16 @@ int main(int argc, char** argv) {
     config.cache_dir = cache_dir;
     config.limits = {max_message, max_args, max_result};
     config.loopback_only = loopback;
+    for (const auto& spec : region_specs) {
+        auto r = agent::parse_region_spec(spec);
+        if (!r) {
+            std::cerr << "xagent: --region: " << r.error().message << "\n";
+            return 2;
+        }
+        config.regions.emplace_back(r->name, r->size);
+    }
+    if (!no_native)
+        for (const auto& k : xrdma::native_kernels()) config.native_kernels.emplace_back(k.name, k.fn);
 
     // Every thread the agent starts inherits this mask; only sigwait below sees these signals.
     sigset_t stop_signals;

@@ -110,7 +110,10 @@ Result<BundleView> BundleView::parse(std::span<const std::byte> bytes) {
         auto hash = in.bytes(32);
         auto offset = in.u64();
         auto size = in.u64();
-        if (!size) return bad(fmt::format("slice {} header runs past the end", i));
+        // Every field, not just the last: a failed string read consumes its length but not its
+        // body, so later reads can succeed from the wrong place.
+        if (!triple || !cpu || !producer || !major || !minor || !patch || !hash || !offset || !size)
+            return bad(fmt::format("slice {} header runs past the end", i));
         s.triple = *triple;
         s.cpu = *cpu;
         s.producer = *producer;

@@ -31,16 +31,27 @@ struct CallState {
     std::chrono::microseconds wait_spin{0};
 
     // Progress-thread bookkeeping.
+    enum class Kind { run, ping, stats, connect, region, get, put, chain };
     std::uint64_t id = 0;
     std::uint64_t peer = 0;
-    wire::Type kind = wire::Type::run;
+    Kind kind = Kind::run;
     std::span<const std::byte> bundle; // the whole bundle (static storage, or `owned`)
     std::optional<std::size_t> forced_slice;
     std::string entry;
     Bytes args;
     CodeHash hash{};
     bool resent = false;
-    bool reconnected = false;
+    bool native = false; // a pre-installed kernel: no code, an all-zero hash
+    // Forwarding: the peer table by address, this target's index in it, the hop budget.
+    std::vector<std::string> peers;
+    std::uint16_t self_index = 0;
+    std::uint16_t hop_budget = 0;
+    // RMA: the region, where, and (get_chain) the walk.
+    RemoteRegion region;
+    std::uint64_t offset = 0;
+    std::string name;
+    Client::NextGet next;
+    Bytes scratch;
 
     void complete(Result<Bytes> r) {
         {
@@ -56,6 +67,7 @@ struct CallState {
 } // namespace detail
 
 using detail::CallState;
+using Kind = CallState::Kind;
 
 bool Future::ready() const noexcept { return state_ && state_->done.load(std::memory_order_acquire); }
 
@@ -136,8 +148,11 @@ struct Client::Impl {
     // them answers NEED_CODE and gets the code once.
     std::map<std::string, std::set<CodeHash>> known;
     std::map<std::pair<const void*, std::string>, Result<SliceChoice>> slices;
+    std::map<std::pair<std::uint64_t, std::string>, RemoteRegion> regions;
+    std::map<std::pair<ucp_ep_h, const Bytes*>, ucp_rkey_h> rkeys;
+    std::atomic<std::uint64_t> stray_replies{0};
 
-    std::shared_ptr<CallState> new_call(std::uint64_t peer, wire::Type kind) {
+    std::shared_ptr<CallState> new_call(std::uint64_t peer, Kind kind) {
         auto c = std::make_shared<CallState>();
         c->id = next_id.fetch_add(1);
         c->peer = peer;
@@ -217,6 +232,11 @@ struct Client::Impl {
     }
 
     void send_run(Peer& p, const std::shared_ptr<CallState>& c, bool with_code) {
+        if (c->native) {
+            c->hash = CodeHash{};
+            send_run_message(p, c, {});
+            return;
+        }
         auto choice = choose_slice(*c, p);
         if (!choice) {
             c->complete(tl::make_unexpected(choice.error()));
@@ -235,34 +255,136 @@ struct Client::Impl {
                                                           choice->code->size(), agent_name(p), p.info->max_message)));
             return;
         }
-        wire::Run run;
-        run.hash = c->hash;
-        run.entry = c->entry;
-        run.args = c->args;
-        if (with_code) run.code = *choice->code;
-        engine->send(p.ep, wire::encode_run(c->id, run));
-        runs_sent.fetch_add(1, std::memory_order_relaxed);
+        send_run_message(p, c, with_code ? std::span<const std::byte>(*choice->code) : std::span<const std::byte>{});
         if (with_code) {
             bundles_sent.fetch_add(1, std::memory_order_relaxed);
             bundle_bytes_sent.fetch_add(choice->code->size(), std::memory_order_relaxed);
             known_here.insert(c->hash);
         }
+    }
+
+    void send_run_message(Peer& p, const std::shared_ptr<CallState>& c, std::span<const std::byte> code) {
+        wire::Run run;
+        run.hash = c->hash;
+        run.origin = c->id;
+        run.entry = c->entry;
+        run.args = c->args;
+        run.code = code;
+        if (!c->peers.empty()) {
+            run.reply_to = engine->worker_address();
+            for (const auto& a : c->peers) run.peers.push_back(a);
+            run.self_index = c->self_index;
+            run.hop_budget = c->hop_budget;
+        }
+        engine->send(p.ep, wire::encode_run(c->id, run));
+        runs_sent.fetch_add(1, std::memory_order_relaxed);
         pending[c->id] = c;
     }
 
     void dispatch(Peer& p, const std::shared_ptr<CallState>& c) {
         switch (c->kind) {
-        case wire::Type::run: send_run(p, c, false); return;
-        case wire::Type::ping:
+        case Kind::run: send_run(p, c, false); return;
+        case Kind::ping:
             engine->send(p.ep, wire::encode_ping(wire::Type::ping, c->id, c->args));
             pending[c->id] = c;
             return;
-        case wire::Type::stats:
+        case Kind::stats:
             engine->send(p.ep, wire::encode_stats(c->id));
             pending[c->id] = c;
             return;
+        case Kind::region:
+            engine->send(p.ep, wire::encode_region(c->id, c->name));
+            pending[c->id] = c;
+            return;
+        case Kind::get:
+        case Kind::put: start_rma(p, c); return;
         default: c->complete(fail(Errc::internal, "unknown call kind")); return;
         }
+    }
+
+    Result<ucp_rkey_h> rkey_for(Peer& p, const RemoteRegion& r) {
+        auto key = std::pair{p.ep, r.packed_rkey.get()};
+        if (auto it = rkeys.find(key); it != rkeys.end()) return it->second;
+        auto rkey = engine->unpack_rkey(p.ep, *r.packed_rkey);
+        if (rkey) rkeys.emplace(key, *rkey);
+        return rkey;
+    }
+
+    void drop_rkeys(ucp_ep_h ep) {
+        for (auto it = rkeys.begin(); it != rkeys.end();) {
+            if (it->first.first == ep) {
+                ucp_rkey_destroy(it->second);
+                it = rkeys.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+
+    // One GET or PUT for call `c`; `after` runs on completion with the call still pending.
+    void issue_rma(Peer& p, const std::shared_ptr<CallState>& c, const RemoteRegion& region, std::uint64_t offset,
+                   std::size_t length, bool is_get, std::function<void(ucs_status_t)> after) {
+        if (offset > region.size || length > region.size - offset) {
+            pending.erase(c->id);
+            c->complete(fail(Errc::out_of_bounds, fmt::format("{} bytes at offset {} lie outside region '{}' ({} bytes) of {}",
+                                                              length, offset, region.name, region.size, agent_name(p))));
+            return;
+        }
+        auto rkey = rkey_for(p, region);
+        if (!rkey) {
+            pending.erase(c->id);
+            c->complete(tl::make_unexpected(rkey.error()));
+            return;
+        }
+        pending[c->id] = c;
+        if (is_get) c->scratch.resize(length);
+        auto remote = region.base + offset;
+        auto* local = is_get ? c->scratch.data() : c->args.data();
+        if (is_get) engine->get(p.ep, *rkey, remote, local, length, std::move(after));
+        else engine->put(p.ep, *rkey, remote, local, length, std::move(after));
+    }
+
+    void start_rma(Peer& p, const std::shared_ptr<CallState>& c) {
+        bool is_get = c->kind == Kind::get;
+        auto length = is_get ? c->scratch.size() : c->args.size();
+        issue_rma(p, c, c->region, c->offset, length, is_get, [this, c, is_get](ucs_status_t s) {
+            if (!pending.erase(c->id)) return; // already failed (disconnect, deadline)
+            if (s != UCS_OK) c->complete(tl::make_unexpected(from_ucs(s, is_get ? "RDMA GET" : "RDMA PUT")));
+            else c->complete(is_get ? std::move(c->scratch) : Bytes{});
+        });
+    }
+
+    // The next step of a dependent GET walk; runs on the progress thread after each GET.
+    void chain_step(const std::shared_ptr<CallState>& c, std::span<const std::byte> last) {
+        std::optional<GetStep> step;
+        try {
+            step = c->next(last, c->args);
+        } catch (const std::exception& e) {
+            pending.erase(c->id);
+            c->complete(fail(Errc::invalid_argument, fmt::format("get_chain step threw: {}", e.what())));
+            return;
+        }
+        if (!step) {
+            pending.erase(c->id);
+            c->complete(std::move(c->args));
+            return;
+        }
+        auto it = step->region ? peers.find(step->region->target) : peers.end();
+        if (it == peers.end() || !it->second.welcomed) {
+            pending.erase(c->id);
+            c->complete(fail(Errc::out_of_bounds, "get_chain step names no region of a connected agent "
+                                                  "(an address outside every region)"));
+            return;
+        }
+        issue_rma(it->second, c, *step->region, step->offset, step->length, true, [this, c](ucs_status_t s) {
+            if (!pending.contains(c->id)) return;
+            if (s != UCS_OK) {
+                pending.erase(c->id);
+                c->complete(tl::make_unexpected(from_ucs(s, "RDMA GET")));
+                return;
+            }
+            chain_step(c, c->scratch);
+        });
     }
 
     void submit(const std::shared_ptr<CallState>& c) {
@@ -314,10 +436,36 @@ struct Client::Impl {
         for (auto& c : waiting) dispatch(p, c);
     }
 
+    // An answer from an agent this client did not call directly: the last hop of a forwarded
+    // call, answering the reply-to. Matched by request id alone; its message names the agent.
+    void on_forwarded_reply(Incoming&& in) {
+        auto it = pending.find(in.header.request_id);
+        if (it == pending.end() || it->second->kind != Kind::run) {
+            if (in.header.request_id < next_id.load()) stray_replies.fetch_add(1, std::memory_order_relaxed);
+            spdlog::debug("client: {} for unknown request {} dropped", wire::to_string(in.header.type), in.header.request_id);
+            return;
+        }
+        auto c = it->second;
+        if (in.header.type == wire::Type::result) {
+            pending.erase(it);
+            c->complete(std::move(in.payload));
+            return;
+        }
+        if (in.header.type == wire::Type::error) {
+            auto msg = wire::decode(in.header, in.payload);
+            pending.erase(it);
+            if (!msg) c->complete(tl::make_unexpected(msg.error()));
+            else {
+                const auto& e = std::get<wire::ErrorMsg>(msg->body);
+                c->complete(fail(e.code, std::string(e.message)));
+            }
+        }
+    }
+
     void on_message(Incoming&& in) {
         auto* p = peer_of(in.ep);
         if (!p) {
-            spdlog::debug("client: {} from an unknown endpoint dropped", wire::to_string(in.header.type));
+            on_forwarded_reply(std::move(in));
             return;
         }
         auto msg = wire::decode(in.header, in.payload);
@@ -336,6 +484,7 @@ struct Client::Impl {
         }
         auto it = pending.find(in.header.request_id);
         if (it == pending.end()) {
+            if (in.header.request_id < next_id.load()) stray_replies.fetch_add(1, std::memory_order_relaxed);
             spdlog::debug("client: {} for unknown request {} from {}", wire::to_string(in.header.type),
                           in.header.request_id, agent_name(*p));
             return;
@@ -345,6 +494,7 @@ struct Client::Impl {
         case wire::Type::result:
         case wire::Type::pong:
         case wire::Type::stats_reply:
+        case wire::Type::region_info:
             pending.erase(it);
             c->complete(std::move(in.payload));
             return;
@@ -371,6 +521,7 @@ struct Client::Impl {
     }
 
     void on_ep_error(ucp_ep_h ep, const Error& e) {
+        drop_rkeys(ep);
         auto* p = peer_of(ep);
         if (!p) return;
         Error why{p->welcomed ? Errc::disconnected : Errc::connect_failed,
@@ -408,6 +559,8 @@ struct Client::Impl {
         for (auto& [id, p] : peers) fail_peer(p, why);
         for (auto& [id, c] : pending) c->complete(tl::make_unexpected(why));
         pending.clear();
+        for (auto& [key, rkey] : rkeys) ucp_rkey_destroy(rkey);
+        rkeys.clear();
     }
 };
 
@@ -454,7 +607,7 @@ Result<Target> Client::connect(std::string_view host_port) {
     auto addr = split_address(host_port);
     if (!addr) return tl::make_unexpected(addr.error());
     auto id = impl_->next_peer.fetch_add(1);
-    auto call = impl_->new_call(id, wire::Type::hello);
+    auto call = impl_->new_call(id, Kind::connect);
     call->deadline = Clock::now() + impl_->options.connect_timeout;
     impl_->engine->post([impl = impl_.get(), call, id, host = addr->first, port = addr->second,
                          address = std::string(host_port)] {
@@ -481,8 +634,40 @@ Result<Target> Client::connect(std::string_view host_port) {
     return Target(id, std::move(info));
 }
 
-Future Client::ship_bytes(const Kernel& kernel, const Target& target, Bytes args) {
-    auto c = impl_->new_call(target.id(), wire::Type::run);
+namespace {
+// The call's peer table by address, and where the target sits in it.
+bool set_peers(CallState& c, const Target& target, const ShipOptions& options) {
+    if (options.peers.empty()) return true;
+    bool found = false;
+    for (std::size_t i = 0; i < options.peers.size(); ++i) {
+        c.peers.push_back(options.peers[i].info().address);
+        if (options.peers[i].id() == target.id() && !found) {
+            c.self_index = static_cast<std::uint16_t>(i);
+            found = true;
+        }
+    }
+    c.hop_budget = options.hop_budget;
+    if (!found || options.peers.size() > 0xffff) {
+        c.complete(fail(Errc::invalid_argument, "the target must be one of the call's peers (at most 65535)"));
+        return false;
+    }
+    return true;
+}
+} // namespace
+
+Future Client::ship_native(std::string_view entry, const Target& target, Bytes args, const ShipOptions& options) {
+    auto c = impl_->new_call(target.id(), Kind::run);
+    if (!set_peers(*c, target, options)) return Future(c);
+    c->native = true;
+    c->entry = std::string(entry);
+    c->args = std::move(args);
+    impl_->engine->post([impl = impl_.get(), c] { impl->submit(c); });
+    return Future(c);
+}
+
+Future Client::ship_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options) {
+    auto c = impl_->new_call(target.id(), Kind::run);
+    if (!set_peers(*c, target, options)) return Future(c);
     if (!kernel.bundle) {
         c->complete(fail(Errc::invalid_argument, "kernel handle has no bundle"));
         return Future(c);
@@ -496,7 +681,7 @@ Future Client::ship_bytes(const Kernel& kernel, const Target& target, Bytes args
 
 Future Client::ship_slice(std::span<const std::byte> bundle, std::size_t slice, std::string_view entry,
                           const Target& target, Bytes args) {
-    auto c = impl_->new_call(target.id(), wire::Type::run);
+    auto c = impl_->new_call(target.id(), Kind::run);
     c->bundle = bundle;
     c->forced_slice = slice;
     c->entry = std::string(entry);
@@ -506,14 +691,14 @@ Future Client::ship_slice(std::span<const std::byte> bundle, std::size_t slice, 
 }
 
 Future Client::ping(const Target& target, std::span<const std::byte> payload) {
-    auto c = impl_->new_call(target.id(), wire::Type::ping);
+    auto c = impl_->new_call(target.id(), Kind::ping);
     c->args.assign(payload.begin(), payload.end());
     impl_->engine->post([impl = impl_.get(), c] { impl->submit(c); });
     return Future(c);
 }
 
 Result<std::vector<std::pair<std::string, std::uint64_t>>> Client::agent_stats(const Target& target) {
-    auto c = impl_->new_call(target.id(), wire::Type::stats);
+    auto c = impl_->new_call(target.id(), Kind::stats);
     impl_->engine->post([impl = impl_.get(), c] { impl->submit(c); });
     auto bytes = Future(c).get();
     if (!bytes) return tl::make_unexpected(bytes.error());
@@ -534,7 +719,69 @@ ClientStats Client::stats() const {
     s.bundle_bytes_sent = impl_->bundle_bytes_sent.load();
     s.need_code_received = impl_->need_code_received.load();
     s.reconnects = impl_->reconnects.load();
+    s.stray_replies = impl_->stray_replies.load();
     return s;
+}
+
+Result<RemoteRegion> Client::region(const Target& target, std::string_view name) {
+    auto key = std::pair{target.id(), std::string(name)};
+    // The cache lives on the progress thread; ask it there.
+    auto c = impl_->new_call(target.id(), Kind::region);
+    c->name = std::string(name);
+    std::optional<RemoteRegion> cached;
+    impl_->engine->post([impl = impl_.get(), c, key, &cached] {
+        if (auto it = impl->regions.find(key); it != impl->regions.end()) {
+            cached = it->second;
+            c->complete(Bytes{});
+            return;
+        }
+        impl->submit(c);
+    });
+    auto bytes = Future(c).get();
+    if (!bytes) return tl::make_unexpected(bytes.error());
+    if (cached) return *cached;
+    wire::Header h;
+    h.type = wire::Type::region_info;
+    h.payload_size = static_cast<std::uint32_t>(bytes->size());
+    auto msg = wire::decode(h, *bytes);
+    if (!msg) return tl::make_unexpected(msg.error());
+    const auto& info = std::get<wire::RegionInfo>(msg->body);
+    RemoteRegion r;
+    r.name = std::string(name);
+    r.target = target.id();
+    r.base = info.base;
+    r.size = info.size;
+    r.packed_rkey = std::make_shared<const Bytes>(info.rkey.begin(), info.rkey.end());
+    impl_->engine->post([impl = impl_.get(), key, r] { impl->regions.emplace(key, r); });
+    return r;
+}
+
+Future Client::get(const RemoteRegion& region, std::uint64_t offset, std::uint32_t length) {
+    auto c = impl_->new_call(region.target, Kind::get);
+    c->region = region;
+    c->offset = offset;
+    c->scratch.resize(length);
+    impl_->engine->post([impl = impl_.get(), c] { impl->submit(c); });
+    return Future(c);
+}
+
+Future Client::put(const RemoteRegion& region, std::uint64_t offset, Bytes data) {
+    auto c = impl_->new_call(region.target, Kind::put);
+    c->region = region;
+    c->offset = offset;
+    c->args = std::move(data);
+    impl_->engine->post([impl = impl_.get(), c] { impl->submit(c); });
+    return Future(c);
+}
+
+Future Client::get_chain(NextGet next) {
+    auto c = impl_->new_call(0, Kind::chain);
+    c->next = std::move(next);
+    impl_->engine->post([impl = impl_.get(), c] {
+        impl->pending[c->id] = c;
+        impl->chain_step(c, {});
+    });
+    return Future(c);
 }
 
 } // namespace bitship

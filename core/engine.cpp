@@ -146,6 +146,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, Eng
     engine->worker_.reset(worker);
     if (auto s = ucp_worker_get_efd(worker, &engine->event_fd_); s != UCS_OK)
         return tl::make_unexpected(from_ucs(s, "ucp_worker_get_efd"));
+    ucp_address_t* address = nullptr;
+    std::size_t address_length = 0;
+    if (auto s = ucp_worker_get_address(worker, &address, &address_length); s != UCS_OK)
+        return tl::make_unexpected(from_ucs(s, "ucp_worker_get_address"));
+    auto* first = reinterpret_cast<const std::byte*>(address);
+    engine->worker_address_.assign(first, first + address_length);
+    ucp_worker_release_address(worker, address);
 
     // 3. The one AM handler.
     ucp_am_handler_param_t handler{};
@@ -363,6 +370,89 @@ void Engine::close(ucp_ep_h ep) {
     }
 }
 
+Result<ucp_ep_h> Engine::connect_to_worker(std::span<const std::byte> address) {
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS;
+    params.address = reinterpret_cast<const ucp_address_t*>(address.data());
+    Result<ucp_ep_h> out = nullptr;
+    make_ep(params, out);
+    return out;
+}
+
+Result<Engine::Mapped> Engine::map_memory(std::size_t size) {
+    Mapped m;
+    ucp_mem_map_params_t params{};
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    params.address = nullptr;
+    params.length = size;
+    params.flags = UCP_MEM_MAP_ALLOCATE;
+    if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK)
+        return tl::make_unexpected(from_ucs(s, fmt::format("registering {} bytes", size)));
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    if (auto s = ucp_mem_query(m.memh, &attr); s != UCS_OK) {
+        ucp_mem_unmap(context_.get(), m.memh);
+        return tl::make_unexpected(from_ucs(s, "ucp_mem_query"));
+    }
+    m.base = attr.address;
+    m.size = size;
+    void* packed = nullptr;
+    std::size_t packed_size = 0;
+    if (auto s = ucp_rkey_pack(context_.get(), m.memh, &packed, &packed_size); s != UCS_OK) {
+        ucp_mem_unmap(context_.get(), m.memh);
+        return tl::make_unexpected(from_ucs(s, "ucp_rkey_pack"));
+    }
+    auto* first = static_cast<const std::byte*>(packed);
+    m.packed_rkey.assign(first, first + packed_size);
+    ucp_rkey_buffer_release(packed);
+    std::memset(m.base, 0, size);
+    return m;
+}
+
+void Engine::unmap_memory(Mapped& m) {
+    if (m.memh) ucp_mem_unmap(context_.get(), m.memh);
+    m = Mapped{};
+}
+
+Result<ucp_rkey_h> Engine::unpack_rkey(ucp_ep_h ep, std::span<const std::byte> packed) {
+    ucp_rkey_h rkey = nullptr;
+    if (auto s = ucp_ep_rkey_unpack(ep, packed.data(), &rkey); s != UCS_OK)
+        return tl::make_unexpected(from_ucs(s, "unpacking a remote key"));
+    return rkey;
+}
+
+void Engine::on_rma_done(void* request, ucs_status_t status, void* user_data) noexcept {
+    auto* record = static_cast<std::pair<Engine*, RmaDone>*>(user_data);
+    try {
+        record->first->rma_done_.push_back({std::move(record->second), status});
+    } catch (...) {
+    }
+    delete record;
+    ucp_request_free(request);
+}
+
+void Engine::rma(bool is_get, ucp_ep_h ep, ucp_rkey_h rkey, std::uint64_t remote, void* local, std::size_t length, RmaDone done) {
+    auto* record = new std::pair<Engine*, RmaDone>(this, std::move(done));
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.send = &Engine::on_rma_done;
+    rp.user_data = record;
+    auto* req = is_get ? ucp_get_nbx(ep, local, length, remote, rkey, &rp) : ucp_put_nbx(ep, local, length, remote, rkey, &rp);
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) {
+        // Completed at once (or failed): report from the loop, never from inside this call.
+        rma_done_.push_back({std::move(record->second), req == nullptr ? UCS_OK : UCS_PTR_STATUS(req)});
+        delete record;
+    }
+}
+
+void Engine::get(ucp_ep_h ep, ucp_rkey_h rkey, std::uint64_t remote, void* local, std::size_t length, RmaDone done) {
+    rma(true, ep, rkey, remote, local, length, std::move(done));
+}
+
+void Engine::put(ucp_ep_h ep, ucp_rkey_h rkey, std::uint64_t remote, const void* local, std::size_t length, RmaDone done) {
+    rma(false, ep, rkey, remote, const_cast<void*>(local), length, std::move(done));
+}
+
 bool Engine::drain() {
     bool did = false;
     if (has_posted_.load(std::memory_order_acquire)) {
@@ -390,6 +480,12 @@ bool Engine::drain() {
         arrived_.clear();
         for (auto& in : batch)
             if (hooks_.on_message) hooks_.on_message(std::move(in));
+        did = true;
+    }
+    if (!rma_done_.empty()) {
+        auto batch = std::move(rma_done_);
+        rma_done_.clear();
+        for (auto& r : batch) r.done(r.status);
         did = true;
     }
     if (!bad_.empty()) {

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <span>
 #include <vector>
 
 #include <ucp/api/ucp.h>
@@ -92,6 +93,28 @@ public:
     void send(ucp_ep_h ep, wire::Encoded&& message);
     /// Closes an endpoint without waiting (outstanding sends are cancelled).
     void close(ucp_ep_h ep);
+    /// Connects to a worker by its UCX address (a reply-to); failures arrive via on_ep_error.
+    Result<ucp_ep_h> connect_to_worker(std::span<const std::byte> address);
+
+    /// Registered memory: allocated here (page-aligned, zeroed) and registered for RDMA.
+    struct Mapped {
+        void* base = nullptr;
+        std::size_t size = 0;
+        ucp_mem_h memh = nullptr;
+        std::vector<std::byte> packed_rkey;
+    };
+    Result<Mapped> map_memory(std::size_t size);
+    void unmap_memory(Mapped& m);
+
+    /// Unpacks a remote key for `ep`; the caller destroys it with ucp_rkey_destroy.
+    Result<ucp_rkey_h> unpack_rkey(ucp_ep_h ep, std::span<const std::byte> packed);
+    /// One-sided GET/PUT of `length` bytes at `remote`; `done` runs on the progress thread.
+    using RmaDone = std::function<void(ucs_status_t)>;
+    void get(ucp_ep_h ep, ucp_rkey_h rkey, std::uint64_t remote, void* local, std::size_t length, RmaDone done);
+    void put(ucp_ep_h ep, ucp_rkey_h rkey, std::uint64_t remote, const void* local, std::size_t length, RmaDone done);
+
+    /// This worker's UCX address: what a RUN carries as its reply-to. Any thread.
+    [[nodiscard]] std::span<const std::byte> worker_address() const noexcept { return worker_address_; }
 
     [[nodiscard]] const EngineOptions& options() const noexcept { return options_; }
     /// Bytes of payload handed to UCX so far (any thread).
@@ -123,6 +146,8 @@ private:
     static void on_send_done(void* request, ucs_status_t status, void* user_data) noexcept;
     static void on_ep_failed(void* arg, ucp_ep_h ep, ucs_status_t status) noexcept;
     static void on_connection(ucp_conn_request_h request, void* arg) noexcept;
+    static void on_rma_done(void* request, ucs_status_t status, void* user_data) noexcept;
+    void rma(bool is_get, ucp_ep_h ep, ucp_rkey_h rkey, std::uint64_t remote, void* local, std::size_t length, RmaDone done);
 
     EngineOptions options_;
     EngineHooks hooks_;
@@ -130,6 +155,12 @@ private:
     WorkerPtr worker_;
     ListenerPtr listener_;
     int event_fd_ = -1;
+    std::vector<std::byte> worker_address_;
+    struct RmaCompletion {
+        RmaDone done;
+        ucs_status_t status;
+    };
+    std::vector<RmaCompletion> rma_done_;
 
     std::thread thread_;
     std::atomic<bool> stopping_{false};

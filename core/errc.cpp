@@ -30,6 +30,9 @@ std::string_view to_string(Errc code) noexcept {
     case Errc::transport_error: return "transport_error";
     case Errc::io_error: return "io_error";
     case Errc::internal: return "internal";
+    case Errc::hop_budget_exceeded: return "hop_budget_exceeded";
+    case Errc::region_not_found: return "region_not_found";
+    case Errc::out_of_bounds: return "out_of_bounds";
     }
     return "unknown_error";
 }

@@ -42,6 +42,8 @@ std::string_view to_string(Type t) noexcept {
     case Type::pong: return "PONG";
     case Type::stats: return "STATS";
     case Type::stats_reply: return "STATS_REPLY";
+    case Type::region: return "REGION";
+    case Type::region_info: return "REGION_INFO";
     }
     return "UNKNOWN";
 }
@@ -95,19 +97,41 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         auto hash = in.bytes(32);
         if (!hash) return truncated(t, "hash");
         std::memcpy(r.hash.data(), hash->data(), 32);
-        auto hops = in.u8();
+        auto origin = in.u64();
+        auto budget = in.u16();
+        auto hops = in.u16();
+        auto self = in.u16();
         auto entry = in.str16();
         if (!entry) return truncated(t, "entry");
         auto args = in.blob32();
         if (!args) return truncated(t, "args");
         auto code = in.blob32();
         if (!code) return truncated(t, "code");
+        auto reply_to = in.blob32();
+        if (!reply_to) return truncated(t, "reply_to");
+        auto peer_count = in.u16();
+        if (!peer_count) return truncated(t, "peers");
+        // Each peer takes at least its 2-byte length: refuse counts the payload cannot hold.
+        if (*peer_count > in.remaining() / 2) return truncated(t, "peers");
+        r.peers.reserve(*peer_count);
+        for (std::uint16_t i = 0; i < *peer_count; ++i) {
+            auto peer = in.str16();
+            if (!peer) return truncated(t, "peers");
+            r.peers.push_back(*peer);
+        }
         if (entry->empty()) return fail(Errc::malformed_message, "RUN message names no entry point");
-        r.hop_budget = *hops;
+        if (!r.peers.empty() && *self >= r.peers.size())
+            return fail(Errc::malformed_message,
+                        fmt::format("RUN message says this agent is peer {} of {}", *self, r.peers.size()));
+        r.origin = *origin;
+        r.hop_budget = *budget;
+        r.hops = *hops;
+        r.self_index = *self;
         r.entry = *entry;
         r.args = *args;
         r.code = *code;
-        m.body = r;
+        r.reply_to = *reply_to;
+        m.body = std::move(r);
         break;
     }
     case Type::need_code: {
@@ -126,7 +150,7 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         if (!text) return truncated(t, "message");
         ErrorMsg e;
         e.code = static_cast<Errc>(*code);
-        if (*code > static_cast<std::uint32_t>(Errc::internal)) e.code = Errc::internal;
+        if (*code > static_cast<std::uint32_t>(kLastErrc)) e.code = Errc::internal;
         e.kernel_code = static_cast<std::int32_t>(*kcode);
         e.message = std::string_view(reinterpret_cast<const char*>(text->data()), text->size());
         m.body = e;
@@ -150,8 +174,22 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         m.body = std::move(s);
         break;
     }
+    case Type::region: {
+        auto name = in.str16();
+        if (!name) return truncated(t, "name");
+        m.body = Region{*name};
+        break;
+    }
+    case Type::region_info: {
+        auto base = in.u64();
+        auto size = in.u64();
+        auto rkey = in.blob32();
+        if (!rkey) return truncated(t, "rkey");
+        m.body = RegionInfo{*base, *size, *rkey};
+        break;
+    }
     default:
-        return fail(Errc::unknown_message, fmt::format("unknown message type {} (this build knows 1..10)",
+        return fail(Errc::unknown_message, fmt::format("unknown message type {} (this build knows 1..12)",
                                                        static_cast<unsigned>(t)));
     }
     if (in.remaining() != 0)
@@ -186,10 +224,16 @@ Encoded encode_welcome(const Welcome& x) {
 Encoded encode_run(std::uint64_t id, const Run& r) {
     ByteWriter w;
     w.raw(std::as_bytes(std::span(r.hash)));
-    w.u8(r.hop_budget);
+    w.u64(r.origin);
+    w.u16(r.hop_budget);
+    w.u16(r.hops);
+    w.u16(r.self_index);
     w.str16(r.entry);
     w.blob32(r.args);
     w.blob32(r.code);
+    w.blob32(r.reply_to);
+    w.u16(static_cast<std::uint16_t>(r.peers.size()));
+    for (auto p : r.peers) w.str16(p);
     return finish(start(Type::run, id), std::move(w));
 }
 
@@ -223,6 +267,20 @@ Encoded encode_ping(Type type, std::uint64_t id, std::span<const std::byte> byte
 }
 
 Encoded encode_stats(std::uint64_t id) { return start(Type::stats, id); }
+
+Encoded encode_region(std::uint64_t id, std::string_view name) {
+    ByteWriter w;
+    w.str16(name);
+    return finish(start(Type::region, id), std::move(w));
+}
+
+Encoded encode_region_info(std::uint64_t id, const RegionInfo& info) {
+    ByteWriter w;
+    w.u64(info.base);
+    w.u64(info.size);
+    w.blob32(info.rkey);
+    return finish(start(Type::region_info, id), std::move(w));
+}
 
 Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters) {
     ByteWriter w;

@@ -33,6 +33,8 @@ enum class Type : std::uint8_t {
     pong = 8,
     stats = 9,       ///< ask for the agent's counters
     stats_reply = 10,
+    region = 11,      ///< client → agent: describe memory region `name` (base, size, rkey)
+    region_info = 12, ///< agent → client
 };
 
 std::string_view to_string(Type t) noexcept;
@@ -76,10 +78,15 @@ struct Welcome {
 
 struct Run {
     CodeHash hash{};
-    std::uint8_t hop_budget = 0;
+    std::uint64_t origin = 0;      ///< the caller's request id: what the final answer carries
+    std::uint16_t hop_budget = 0;  ///< forwards still allowed
+    std::uint16_t hops = 0;        ///< forwards taken so far
+    std::uint16_t self_index = 0;  ///< this agent's index in `peers` (when there are peers)
     std::string_view entry;
     std::span<const std::byte> args;
-    std::span<const std::byte> code; ///< a bundle, or empty when the agent should have it
+    std::span<const std::byte> code;     ///< a bundle, or empty when the agent should have it
+    std::span<const std::byte> reply_to; ///< the caller's UCX worker address; empty: answer the sender
+    std::vector<std::string_view> peers; ///< "host:port" of agents a kernel may forward to
 };
 
 struct NeedCode {
@@ -104,9 +111,19 @@ struct StatsReply {
     std::vector<std::pair<std::string_view, std::uint64_t>> counters;
 };
 
+struct Region {
+    std::string_view name;
+};
+
+struct RegionInfo {
+    std::uint64_t base = 0;
+    std::uint64_t size = 0;
+    std::span<const std::byte> rkey; ///< packed UCX remote key
+};
+
 struct Empty {};
 
-using Body = std::variant<Hello, Welcome, Run, NeedCode, ResultMsg, ErrorMsg, Ping, StatsReply, Empty>;
+using Body = std::variant<Hello, Welcome, Run, NeedCode, ResultMsg, ErrorMsg, Ping, StatsReply, Region, RegionInfo, Empty>;
 
 /// A decoded message: views into the payload buffer it was decoded from.
 struct Message {
@@ -131,6 +148,8 @@ Encoded encode_result(std::uint64_t id, std::vector<std::byte> bytes);
 Encoded encode_error(std::uint64_t id, Errc code, std::string_view message, std::int32_t kernel_code = 0);
 Encoded encode_ping(Type type, std::uint64_t id, std::span<const std::byte> bytes);
 Encoded encode_stats(std::uint64_t id);
+Encoded encode_region(std::uint64_t id, std::string_view name);
+Encoded encode_region_info(std::uint64_t id, const RegionInfo& info);
 Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters);
 
 } // namespace bitship::wire

@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <memory>
 #include <span>
 #include <string>
@@ -72,6 +74,32 @@ namespace detail {
 struct CallState;
 }
 
+/// How a call may travel beyond its first agent.
+struct ShipOptions {
+    /// Agents a kernel may forward to with bs_forward/bs_ship, by index. The first target must
+    /// be among them when it is non-empty. With peers, the call carries this client's UCX
+    /// address, so whichever agent finishes answers here directly.
+    std::vector<Target> peers;
+    /// Forwards allowed before the call fails with hop_budget_exceeded.
+    std::uint16_t hop_budget = 1024;
+};
+
+/// A memory region of an agent, readable and writable with one-sided RDMA.
+struct RemoteRegion {
+    std::string name;
+    std::uint64_t target = 0;  ///< Target::id() of its agent
+    std::uint64_t base = 0;    ///< its address in the agent's process
+    std::uint64_t size = 0;
+    std::shared_ptr<const Bytes> packed_rkey;
+};
+
+/// One step of a dependent GET walk: read `length` bytes at `offset` of `region`.
+struct GetStep {
+    const RemoteRegion* region = nullptr;
+    std::uint64_t offset = 0;
+    std::uint32_t length = 0;
+};
+
 /// The result of one call. Completes exactly once: with the kernel's reply bytes, or with an
 /// error (the agent's message, a timeout, a disconnect). Never hangs past the call's deadline.
 class Future {
@@ -125,6 +153,7 @@ struct ClientStats {
     std::uint64_t bundle_bytes_sent = 0;  ///< bytes of code sent
     std::uint64_t need_code_received = 0; ///< times an agent asked for code
     std::uint64_t reconnects = 0;
+    std::uint64_t stray_replies = 0;      ///< answers for calls already answered (should be 0)
 };
 
 /// Ships kernels to agents. Thread-safe: any number of threads may connect and ship through
@@ -153,8 +182,38 @@ public:
         return ship_bytes(kernel, target, std::move(packed));
     }
 
+    /// ship() with options: a peer table to forward through, a hop budget.
+    template <class... Args>
+    Future ship(const Kernel& kernel, const Target& target, const ShipOptions& options, const Args&... args) {
+        static_assert((std::is_trivially_copyable_v<Args> && ...), "kernel arguments must be trivially copyable");
+        Bytes packed;
+        (append_arg(packed, args), ...);
+        if constexpr (sizeof...(Args) > 0) {
+            constexpr std::size_t align = std::max({alignof(Args)...});
+            packed.resize((packed.size() + align - 1) / align * align);
+        }
+        return ship_bytes(kernel, target, std::move(packed), options);
+    }
+
     /// Runs `kernel` on `target` with raw argument bytes.
-    Future ship_bytes(const Kernel& kernel, const Target& target, Bytes args);
+    Future ship_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options = {});
+
+    /// Runs a native kernel the agent's operator pre-installed, by name: no code travels. For
+    /// measuring shipped code against the handlers it replaces.
+    Future ship_native(std::string_view entry, const Target& target, Bytes args, const ShipOptions& options = {});
+
+    /// Looks up memory region `name` of `target` (once; later calls hit a cache).
+    Result<RemoteRegion> region(const Target& target, std::string_view name);
+    /// One-sided read of `length` bytes at `offset` of `region`.
+    Future get(const RemoteRegion& region, std::uint64_t offset, std::uint32_t length);
+    /// One-sided write of `data` at `offset` of `region`.
+    Future put(const RemoteRegion& region, std::uint64_t offset, Bytes data);
+    /// A walk of dependent GETs driven from the progress thread, one network round trip per
+    /// step and no thread hand-off between steps. `next` gets the bytes the last step read
+    /// (empty at first) and returns the next step, or nothing when done, leaving the call's
+    /// result in `result`. It runs on the progress thread: keep it short, never block.
+    using NextGet = std::function<std::optional<GetStep>(std::span<const std::byte> last, Bytes& result)>;
+    Future get_chain(NextGet next);
 
     /// Ships an explicit bundle slice, skipping the client's slice choice: the agent makes its
     /// own checks. For tools and tests of the agent's checks.

@@ -37,7 +37,13 @@ enum class Errc : std::uint32_t {
     transport_error = 21,     ///< UCX reported an error
     io_error = 22,            ///< a file could not be read or written
     internal = 23,            ///< a bug: please report it
+    hop_budget_exceeded = 24, ///< a forwarding kernel ran out of hops
+    region_not_found = 25,    ///< no memory region of that name on the agent
+    out_of_bounds = 26,       ///< an address or range outside every region
 };
+
+/// The highest code this build knows; newer codes from a peer decode as Errc::internal.
+inline constexpr Errc kLastErrc = Errc::out_of_bounds;
 
 /// The stable, lower-case name of a code (`"unresolved_symbol"`).
 std::string_view to_string(Errc code) noexcept;

@@ -38,7 +38,10 @@ enum {
     BS_OK = 0,
     BS_EALREADY = -1, /**< the call was already answered */
     BS_ETOOLARGE = -2, /**< the reply exceeds the agent's result limit */
-    BS_EINVAL = -3 /**< a null pointer with a non-zero length, or a null ctx */
+    BS_EINVAL = -3, /**< a null pointer with a non-zero length, or a null ctx */
+    BS_ENOPEER = -4, /**< no peer of that index in the call's peer table */
+    BS_EHOPS = -5, /**< the hop budget is spent: the caller gets hop_budget_exceeded */
+    BS_ENOMEM = -6 /**< a region could not be created */
 };
 
 /** The argument bytes of this call; `*len` receives their size (may be 0). Never null. */
@@ -50,6 +53,27 @@ int bs_reply(bs_ctx* ctx, const void* data, size_t len);
 /** Answers the call with an error: the caller's future fails with Errc::kernel_failed,
  *  carrying `code` and `message` (copied, truncated to 1 KiB). Returns BS_OK or BS_E*. */
 int bs_fail(bs_ctx* ctx, int code, const char* message);
+
+/** Memory region `name` of this agent: its base address, with its size in `*size`; NULL (and
+ *  size 0) when the agent has no region of that name. Regions are registered for RDMA, so
+ *  clients can read and write them with one-sided GET/PUT too. */
+void* bs_region(bs_ctx* ctx, const char* name, size_t* size);
+
+/** Creates region `name` of `size` zeroed bytes on this agent (or returns the existing one of
+ *  that name, whatever its size; `*size` says). NULL when it cannot be made. */
+void* bs_region_create(bs_ctx* ctx, const char* name, size_t size, size_t* actual);
+
+/** This agent's index in the call's peer table; `*count` receives the table's size (0 when
+ *  the caller shipped none, and then the result is -1). */
+int bs_self(bs_ctx* ctx, uint32_t* count);
+
+/** Runs this same kernel on peer `peer` with `len` bytes of new arguments. Whatever that run
+ *  answers goes straight to the original caller, so after BS_OK this kernel must not answer.
+ *  BS_EHOPS: the call's hop budget is spent, and the caller is told so. */
+int bs_forward(bs_ctx* ctx, uint32_t peer, const void* args, size_t len);
+
+/** Like bs_forward, but runs kernel `entry` of the same bundle. */
+int bs_ship(bs_ctx* ctx, uint32_t peer, const char* entry, const void* args, size_t len);
 
 #ifdef __cplusplus
 }

@@ -14,8 +14,8 @@
 #include <behaviour_kernels.hpp>
 
 #include "launcher.hpp"
-#include "engine.hpp"
-#include "wire.hpp"
+#include "core/engine.hpp"
+#include "core/wire.hpp"
 
 using namespace bitship;
 using bitship::launch::AgentProcess;
@@ -180,9 +180,10 @@ TEST_CASE("hand-made bad messages each get an error naming the problem", "[integ
     }
     SECTION("a RUN whose argument length runs past the payload") {
         auto e = valid_run(12);
-        // The args length field follows hash (32), hop budget (1), entry (2 + 3).
+        // The args length field follows hash (32), origin (8), hop budget, hops, self index
+        // (2 each), entry (2 + 3).
         std::uint32_t lie = 1u << 30;
-        std::memcpy(e.payload.data() + 32 + 1 + 2 + 3, &lie, sizeof lie);
+        std::memcpy(e.payload.data() + 32 + 8 + 6 + 2 + 3, &lie, sizeof lie);
         raw.send(std::move(e));
         auto [code, message] = raw.error_for(12);
         CHECK(code == Errc::malformed_message);

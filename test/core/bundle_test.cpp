@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include <bitship/bundle.hpp>
 
@@ -109,4 +111,15 @@ TEST_CASE("a bundle of another format version is refused as unsupported", "[unit
     auto v = BundleView::parse(b);
     REQUIRE_FALSE(v);
     CHECK(v.error().code == Errc::unsupported_version);
+}
+
+TEST_CASE("a slice header whose strings run short is refused (fuzzer find)", "[unit]") {
+    // libFuzzer found this: a failed string read consumed its length, later fields read from
+    // the wrong place and succeeded, and the parser used the missing string.
+    std::ifstream in(BITSHIP_FUZZ_CORPUS "/crash_slice_header_disengaged_optional", std::ios::binary);
+    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE_FALSE(chars.empty());
+    auto v = BundleView::parse(std::as_bytes(std::span(chars)));
+    REQUIRE_FALSE(v);
+    CHECK(v.error().code == Errc::malformed_bundle);
 }

@@ -1,7 +1,7 @@
 // libFuzzer: the wire decoder never reads outside its input, whatever the header claims.
 #include <cstring>
 
-#include "wire.hpp"
+#include "core/wire.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace bitship;

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "wire.hpp"
+#include "core/wire.hpp"
 
 using namespace bitship;
 
@@ -14,7 +14,12 @@ wire::Encoded sample_run() {
     wire::Run r;
     r.hash.fill(7);
     r.hop_budget = 3;
+    r.hops = 1;
+    r.self_index = 1;
     r.entry = "add";
+    static const std::string reply_to = "worker-address";
+    r.reply_to = as_bytes(reply_to);
+    r.peers = {"127.0.0.1:7000", "127.0.0.1:7001"};
     static const std::string args = "0123456789abcdef";
     static const std::string code = "pretend-bundle";
     r.args = as_bytes(args);
@@ -39,6 +44,37 @@ TEST_CASE("a RUN message survives encode and decode", "[unit]") {
     CHECK(r.hash[31] == 7);
     CHECK(r.args.size() == 16);
     CHECK(std::string(reinterpret_cast<const char*>(r.code.data()), r.code.size()) == "pretend-bundle");
+    CHECK(r.hops == 1);
+    CHECK(r.self_index == 1);
+    CHECK(r.reply_to.size() == 14);
+    REQUIRE(r.peers.size() == 2);
+    CHECK(r.peers[1] == "127.0.0.1:7001");
+}
+
+TEST_CASE("a RUN naming itself outside its peer table is refused", "[unit]") {
+    wire::Run r;
+    r.entry = "chase";
+    r.self_index = 2;
+    r.peers = {"127.0.0.1:7000", "127.0.0.1:7001"};
+    auto e = wire::encode_run(1, r);
+    auto m = wire::decode(e.header, e.payload);
+    REQUIRE_FALSE(m);
+    CHECK(m.error().code == Errc::malformed_message);
+}
+
+TEST_CASE("REGION and REGION_INFO round trip", "[unit]") {
+    auto e = wire::encode_region(3, "chase");
+    auto m = wire::decode(e.header, e.payload);
+    REQUIRE(m);
+    CHECK(std::get<wire::Region>(m->body).name == "chase");
+    static const std::string rkey = "packed-rkey-bytes";
+    auto ie = wire::encode_region_info(4, {0x1000, 1 << 20, as_bytes(rkey)});
+    auto im = wire::decode(ie.header, ie.payload);
+    REQUIRE(im);
+    auto info = std::get<wire::RegionInfo>(im->body);
+    CHECK(info.base == 0x1000);
+    CHECK(info.size == 1u << 20);
+    CHECK(info.rkey.size() == rkey.size());
 }
 
 TEST_CASE("every truncation of a RUN payload is refused as malformed, never read past", "[unit]") {

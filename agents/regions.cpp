@@ -1,0 +1,69 @@
+#include "regions.hpp"
+
+#include <cctype>
+#include <mutex>
+
+#include <fmt/format.h>
+
+namespace bitship::agent {
+
+Result<RegionSpec> parse_region_spec(std::string_view spec) {
+    auto eq = spec.find('=');
+    if (eq == std::string_view::npos || eq == 0 || eq + 1 == spec.size())
+        return fail(Errc::invalid_argument, fmt::format("region '{}' is not NAME=SIZE", spec));
+    RegionSpec out;
+    out.name = std::string(spec.substr(0, eq));
+    auto size = spec.substr(eq + 1);
+    std::size_t i = 0;
+    unsigned long long value = 0;
+    while (i < size.size() && std::isdigit(static_cast<unsigned char>(size[i]))) {
+        if (value > (~0ull) / 10) return fail(Errc::invalid_argument, fmt::format("region size '{}' is too large", size));
+        value = value * 10 + static_cast<unsigned>(size[i++] - '0');
+    }
+    auto unit = std::string(size.substr(i));
+    for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    unsigned shift = 0;
+    if (unit.empty() || unit == "B") shift = 0;
+    else if (unit == "K" || unit == "KB" || unit == "KIB") shift = 10;
+    else if (unit == "M" || unit == "MB" || unit == "MIB") shift = 20;
+    else if (unit == "G" || unit == "GB" || unit == "GIB") shift = 30;
+    else return fail(Errc::invalid_argument, fmt::format("region size '{}': unknown unit '{}' (K, M, G)", size, unit));
+    if (i == 0 || value == 0) return fail(Errc::invalid_argument, fmt::format("region size '{}' must be a positive number", size));
+    if (value > (~0ull >> shift)) return fail(Errc::invalid_argument, fmt::format("region size '{}' is too large", size));
+    out.size = static_cast<std::size_t>(value << shift);
+    return out;
+}
+
+RegionTable::~RegionTable() { clear(); }
+
+Result<const Region*> RegionTable::create(const std::string& name, std::size_t size) {
+    if (name.empty()) return fail(Errc::invalid_argument, "a region needs a name");
+    {
+        std::shared_lock lock(mutex_);
+        if (auto it = regions_.find(name); it != regions_.end()) return it->second.get();
+    }
+    auto mapped = engine_.map_memory(size);
+    if (!mapped) return fail(mapped.error().code, fmt::format("region '{}' ({} bytes): {}", name, size, mapped.error().message));
+    auto r = std::make_unique<Region>();
+    r->name = name;
+    r->base = mapped->base;
+    r->size = size;
+    r->mapped = std::move(*mapped);
+    std::unique_lock lock(mutex_);
+    auto [it, inserted] = regions_.emplace(name, std::move(r));
+    return it->second.get();
+}
+
+const Region* RegionTable::find(std::string_view name) const {
+    std::shared_lock lock(mutex_);
+    auto it = regions_.find(name);
+    return it == regions_.end() ? nullptr : it->second.get();
+}
+
+void RegionTable::clear() {
+    std::unique_lock lock(mutex_);
+    for (auto& [name, r] : regions_) engine_.unmap_memory(r->mapped);
+    regions_.clear();
+}
+
+} // namespace bitship::agent

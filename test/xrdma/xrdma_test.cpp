@@ -1,0 +1,200 @@
+// X-RDMA with real agents: regions, one-sided RDMA, the pointer chase by three strategies,
+// kernels that forward themselves with the caller's reply-to kept, and what goes wrong.
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+#include <map>
+#include <random>
+#include <memory>
+#include <thread>
+
+#include <bitship/client.hpp>
+#include <xrdma_kernels.hpp>
+#include <xrdma_test_kernels.hpp>
+
+#include "chase.hpp"
+#include "launcher.hpp"
+
+using namespace bitship;
+using namespace std::chrono_literals;
+using launch::AgentProcess;
+using xrdma::Chase;
+using xrdma::ChaseList;
+using xrdma::Strategy;
+
+namespace {
+
+constexpr std::uint64_t kNodesPerAgent = 1 << 12;
+constexpr std::uint64_t kSeed = 2026;
+
+struct Cluster {
+    std::vector<std::unique_ptr<AgentProcess>> agents;
+    Client client;
+    std::vector<Target> targets;
+};
+
+Cluster start_cluster(const std::string& transport, unsigned n, std::vector<std::string> extra = {"--region", "chase=1M"}) {
+    std::vector<std::unique_ptr<AgentProcess>> agents;
+    for (unsigned i = 0; i < n; ++i) agents.push_back(std::make_unique<AgentProcess>(transport, extra));
+    ClientOptions o;
+    o.transport = *parse_transport(transport);
+    o.loopback_only = true;
+    o.call_timeout = 30s;
+    auto client = Client::create(o);
+    REQUIRE(client);
+    Cluster c{std::move(agents), std::move(*client), {}};
+    for (auto& a : c.agents) {
+        auto t = c.client.connect(a->address());
+        INFO(a->log());
+        REQUIRE(t);
+        c.targets.push_back(*t);
+    }
+    return c;
+}
+
+std::map<std::string, std::uint64_t> counters(Client& client, const Target& t) {
+    auto s = client.agent_stats(t);
+    REQUIRE(s);
+    return {s->begin(), s->end()};
+}
+
+} // namespace
+
+TEST_CASE("all three strategies walk to the same node and sum as a local walk", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    auto agents = GENERATE(1u, 2u, 4u);
+    INFO(transport << ", " << agents << " agents");
+    auto cluster = start_cluster(transport, agents);
+    auto list = ChaseList::make(agents, kNodesPerAgent, kSeed);
+    auto chase = Chase::open(cluster.client, cluster.targets);
+    REQUIRE(chase);
+    REQUIRE(chase->load(list));
+    std::mt19937_64 rng(7);
+    for (std::uint64_t depth : {0u, 1u, 17u, 300u}) {
+        for (int trial = 0; trial < 3; ++trial) {
+            auto start = ChaseList::address_of(static_cast<unsigned>(rng() % agents), rng() % kNodesPerAgent);
+            auto want = list.walk(start, depth);
+            for (auto s : {Strategy::get, Strategy::native, Strategy::xrdma}) {
+                INFO("strategy " << xrdma::to_string(s) << " depth " << depth);
+                auto got = chase->run(s, start, depth);
+                REQUIRE(got);
+                CHECK(got->addr == want.addr);
+                CHECK(got->sum == want.sum);
+            }
+        }
+    }
+    CHECK(cluster.client.stats().stray_replies == 0);
+}
+
+TEST_CASE("a chase across 4 agents answers once, from the last agent, to the caller", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    auto cluster = start_cluster(transport, 4);
+    auto list = ChaseList::make(4, kNodesPerAgent, kSeed);
+    auto chase = Chase::open(cluster.client, cluster.targets);
+    REQUIRE(chase);
+    REQUIRE(chase->load(list));
+    std::uint64_t start = ChaseList::address_of(0, 5), depth = 200;
+    auto got = chase->run(Strategy::xrdma, start, depth);
+    REQUIRE(got);
+    CHECK(got->addr == list.walk(start, depth).addr);
+    std::this_thread::sleep_for(200ms); // a duplicate answer would arrive by now
+    CHECK(cluster.client.stats().stray_replies == 0);
+
+    // The walk's last node tells which agent finished it; only that one answered.
+    auto last = list.walk(start, depth - 1).addr;
+    unsigned finisher = static_cast<unsigned>(BS_CHASE_OWNER(last));
+    std::uint64_t forwards = 0;
+    for (unsigned a = 0; a < 4; ++a) {
+        auto c = counters(cluster.client, cluster.targets[a]);
+        INFO("agent " << a);
+        CHECK(c["results"] == (a == finisher ? 1u : 0u));
+        forwards += c["forwards"];
+    }
+    CHECK(forwards > 100); // random sharding: about 3/4 of 200 hops cross agents
+    CHECK(cluster.client.stats().bundles_sent == 1); // the agents passed the code on themselves
+}
+
+TEST_CASE("a forwarding loop stops at the hop budget with a clear error", "[integration]") {
+    auto cluster = start_cluster("tcp", 2);
+    ShipOptions options;
+    options.peers = cluster.targets;
+    options.hop_budget = 5;
+    auto r = cluster.client.ship(xrdma_test_kernels::ping_pong, cluster.targets[0], options, std::uint64_t{0}).get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::hop_budget_exceeded);
+    CHECK_THAT(r.error().message, Catch::Contains("5 hops"));
+}
+
+TEST_CASE("a missing region or an address outside every region is a clear error", "[integration]") {
+    SECTION("no region on the agent") {
+        auto cluster = start_cluster("tcp", 1, {});
+        auto chase = Chase::open(cluster.client, cluster.targets);
+        REQUIRE_FALSE(chase);
+        CHECK(chase.error().code == Errc::region_not_found);
+        CHECK_THAT(chase.error().message, Catch::Contains("'chase'"));
+        // The kernels say so too, and the agent goes on.
+        bs_chase_args args{0, 3, 0};
+        Bytes packed(sizeof args);
+        std::memcpy(packed.data(), &args, sizeof args);
+        auto shipped = cluster.client.ship_bytes(xrdma_kernels::chase, cluster.targets[0], packed).get();
+        REQUIRE_FALSE(shipped);
+        CHECK(shipped.error().code == Errc::kernel_failed);
+        CHECK_THAT(shipped.error().message, Catch::Contains("no region 'chase'"));
+        auto native = cluster.client.ship_native("chase", cluster.targets[0], packed).get();
+        REQUIRE_FALSE(native);
+        CHECK(native.error().code == Errc::kernel_failed);
+    }
+    SECTION("an address past the end of the region") {
+        auto cluster = start_cluster("tcp", 1);
+        auto chase = Chase::open(cluster.client, cluster.targets);
+        REQUIRE(chase);
+        auto outside = ChaseList::address_of(0, (1u << 20) / sizeof(bs_chase_node) + 3);
+        auto get = chase->run(Strategy::get, outside, 4);
+        REQUIRE_FALSE(get);
+        CHECK(get.error().code == Errc::out_of_bounds);
+        for (auto s : {Strategy::native, Strategy::xrdma}) {
+            auto r = chase->run(s, outside, 4);
+            REQUIRE_FALSE(r);
+            CHECK(r.error().code == Errc::kernel_failed);
+            CHECK_THAT(r.error().message, Catch::Contains("outside region"));
+        }
+        auto elsewhere = ChaseList::address_of(9, 0); // an agent the chase does not have
+        CHECK_FALSE(chase->run(Strategy::get, elsewhere, 1));
+        auto x = chase->run(Strategy::xrdma, elsewhere, 1);
+        REQUIRE_FALSE(x);
+        CHECK(x.error().code == Errc::kernel_failed);
+        auto ok = chase->run(Strategy::xrdma, ChaseList::address_of(0, 0), 0);
+        CHECK(ok);
+    }
+}
+
+TEST_CASE("regions are readable and writable by RDMA, and kernels can make them", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    auto cluster = start_cluster(transport, 1);
+    auto& client = cluster.client;
+    auto region = client.region(cluster.targets[0], "chase");
+    REQUIRE(region);
+    CHECK(region->size == 1u << 20);
+    Bytes data(5000);
+    for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i ^ 0x5a);
+    REQUIRE(client.put(*region, 12345, data).get());
+    auto back = client.get(*region, 12345, 5000).get();
+    REQUIRE(back);
+    CHECK(*back == data);
+    auto past = client.get(*region, region->size - 4, 8).get();
+    REQUIRE_FALSE(past);
+    CHECK(past.error().code == Errc::out_of_bounds);
+
+    auto made = client.ship(xrdma_test_kernels::make_scratch, cluster.targets[0]).get_as<std::uint64_t>();
+    REQUIRE(made);
+    CHECK(*made == 4096);
+    auto scratch = client.region(cluster.targets[0], "scratch");
+    REQUIRE(scratch);
+    auto bytes = client.get(*scratch, 0, 16).get();
+    REQUIRE(bytes);
+    CHECK((*bytes)[3] == static_cast<std::byte>(21));
+    auto none = client.region(cluster.targets[0], "nope");
+    REQUIRE_FALSE(none);
+    CHECK(none.error().code == Errc::region_not_found);
+}
