@@ -1,0 +1,234 @@
+// pointer_chase: a dependent walk through remote memory, three ways, same list, same answers.
+//   get     the client walks with one RDMA GET per hop (a network round trip per hop)
+//   native  a chase handler compiled into xagent in advance (the active-message baseline)
+//   xrdma   the shipped chase kernel; it forwards itself to the agent owning the next node
+// Agents are real xagent processes on loopback, started here; every answer is checked
+// against a walk of the same list in this process.
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <bitship/client.hpp>
+
+#include "chase.hpp"
+#include "launcher.hpp"
+#include "stats.hpp"
+
+namespace {
+
+using namespace bitship;
+using Clock = std::chrono::steady_clock;
+using xrdma::Chase;
+using xrdma::ChaseList;
+using xrdma::Strategy;
+
+struct Config {
+    std::vector<std::uint64_t> depths{1, 4, 16, 64, 256, 1024, 4096};
+    std::vector<unsigned> agent_counts{1, 2, 4};
+    std::vector<std::string> transports{"tcp", "shm"};
+    unsigned log2_nodes = 20;
+    std::uint64_t seed = 42;
+    int min_reps = 5, max_reps = 300;
+    double row_seconds = 0.5;
+    int cold_reps = 3;
+    std::string progress = "spin-then-block";
+    std::string csv = "pointer_chase.csv";
+    std::string png;
+};
+
+struct Measured {
+    std::string transport;
+    unsigned agents;
+    Strategy strategy;
+    std::uint64_t depth;
+    bench::Summary s;
+};
+
+std::vector<std::string> agent_args(const Config& cfg, std::uint64_t region_bytes) {
+    return {"--region", fmt::format("chase={}", region_bytes), "--progress", cfg.progress, "--log-level", "warn", "--workers", "1"};
+}
+
+Client make_client(Transport t, const Config& cfg) {
+    ClientOptions o;
+    o.transport = t;
+    o.loopback_only = true;
+    o.progress = *parse_progress_mode(cfg.progress);
+    o.call_timeout = std::chrono::minutes(5);
+    auto c = Client::create(o);
+    if (!c) throw std::runtime_error(c.error().describe());
+    return std::move(*c);
+}
+
+// Agents, a client connected to them, the list loaded.
+struct Setup {
+    std::vector<std::unique_ptr<launch::AgentProcess>> agents;
+    std::unique_ptr<Client> client;
+    std::vector<Target> targets;
+    std::unique_ptr<Chase> chase;
+};
+
+Setup start(const std::string& tl, unsigned n, const ChaseList& list, const Config& cfg) {
+    Setup s;
+    auto region = list.nodes_per_agent() * sizeof(bs_chase_node);
+    for (unsigned i = 0; i < n; ++i) s.agents.push_back(std::make_unique<launch::AgentProcess>(tl, agent_args(cfg, region)));
+    s.client = std::make_unique<Client>(make_client(*parse_transport(tl), cfg));
+    for (auto& a : s.agents) {
+        auto t = s.client->connect(a->address());
+        if (!t) throw std::runtime_error(t.error().describe());
+        s.targets.push_back(*t);
+    }
+    auto chase = Chase::open(*s.client, s.targets);
+    if (!chase) throw std::runtime_error(chase.error().describe());
+    s.chase = std::make_unique<Chase>(std::move(*chase));
+    if (auto r = s.chase->load(list); !r) throw std::runtime_error(r.error().describe());
+    return s;
+}
+
+// One chase, checked. A fast wrong answer is a failure, not a data point.
+double timed_chase(Chase& chase, const ChaseList& list, Strategy st, std::uint64_t start, std::uint64_t depth) {
+    auto t = Clock::now();
+    auto r = chase.run(st, start, depth);
+    double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
+    if (!r) throw std::runtime_error(fmt::format("{} chase failed: {}", xrdma::to_string(st), r.error().describe()));
+    auto want = list.walk(start, depth);
+    if (r->addr != want.addr || r->sum != want.sum)
+        throw std::runtime_error(fmt::format("WRONG ANSWER: {} depth {} from {:#x}: got node {:#x} sum {}, expected {:#x} sum {}",
+                                             xrdma::to_string(st), depth, start, r->addr, r->sum, want.addr, want.sum));
+    return us;
+}
+
+std::uint64_t random_start(std::mt19937_64& rng, const ChaseList& list) {
+    return ChaseList::address_of(static_cast<unsigned>(rng() % list.agents()), rng() % list.nodes_per_agent());
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Pointer chase through remote memory: RDMA GET vs a pre-installed handler vs the shipped kernel"};
+    Config cfg;
+    bool quick = false;
+    app.add_option("--depth", cfg.depths, "chase depths (hops)")->capture_default_str();
+    app.add_option("--agents", cfg.agent_counts, "agent counts")->capture_default_str();
+    app.add_option("--transport", cfg.transports, "transports (tcp, shm)")->capture_default_str();
+    app.add_option("--log2-nodes", cfg.log2_nodes, "nodes per agent = 2^N (16..26; 26 is a 1 GiB region)")
+        ->check(CLI::Range(10, 26))->capture_default_str();
+    app.add_option("--seed", cfg.seed, "list seed")->capture_default_str();
+    app.add_option("--min-reps", cfg.min_reps, "timed chases per row, at least")->capture_default_str();
+    app.add_option("--max-reps", cfg.max_reps, "timed chases per row, at most")->capture_default_str();
+    app.add_option("--row-seconds", cfg.row_seconds, "stop adding reps to a row after this long (min-reps first)")->capture_default_str();
+    app.add_option("--cold-reps", cfg.cold_reps, "cold X-RDMA chases (fresh agent each)")->capture_default_str();
+    app.add_option("--progress", cfg.progress, "progress mode of client and agents")
+        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
+    app.add_option("--csv", cfg.csv, "write rows here")->capture_default_str();
+    app.add_option("--png", cfg.png, "plot latency against depth here (runs bench/plot_chase.sh, needs gnuplot)");
+    app.add_flag("--quick", quick, "depths 1, 64, 1024; 1 and 2 agents; 2^16 nodes; short rows (the README demo)");
+    CLI11_PARSE(app, argc, argv);
+    if (quick) {
+        cfg.depths = {1, 64, 1024};
+        cfg.agent_counts = {1, 2};
+        cfg.log2_nodes = 16;
+        cfg.row_seconds = 0.15;
+        cfg.max_reps = 100;
+        cfg.cold_reps = 1;
+    }
+    const std::uint64_t nodes = 1ull << cfg.log2_nodes;
+    fmt::print("pointer_chase: {} | progress {} (client and agents) | each agent: 1 progress + 1 worker thread;\n"
+               "  all processes share the machine's cores (no pinning) | 2^{} nodes/agent ({} MiB region), random sharding, seed {}\n"
+               "  per row: fresh random start each rep, {}..{} reps or {:.2f} s; every answer checked against a local walk\n\n",
+               bench::cpu_description(), cfg.progress, cfg.log2_nodes, nodes * 16 >> 20, cfg.seed, cfg.min_reps, cfg.max_reps,
+               cfg.row_seconds);
+    fmt::print("{:<4} {:>6} {:<7} {:>6} {:>11} {:>11} {:>11} {:>5}\n", "tl", "agents", "strat", "depth", "median us", "p99 us",
+               "chases/s", "reps");
+
+    std::vector<Measured> results;
+    std::vector<bench::Row> rows;
+    std::mt19937_64 rng(cfg.seed ^ 0x9e3779b97f4a7c15ull);
+    std::map<std::string, bench::Summary> cold;
+    try {
+        for (const auto& tl : cfg.transports) {
+            for (unsigned n : cfg.agent_counts) {
+                auto list = ChaseList::make(n, nodes, cfg.seed + n);
+                auto setup = start(tl, n, list, cfg);
+                for (auto st : {Strategy::get, Strategy::native, Strategy::xrdma}) {
+                    // Warm: the shipped kernel's code is on every agent before timing (cold is below).
+                    timed_chase(*setup.chase, list, st, random_start(rng, list), 64);
+                    for (auto depth : cfg.depths) {
+                        std::vector<double> samples;
+                        auto row_start = Clock::now();
+                        while (static_cast<int>(samples.size()) < cfg.min_reps ||
+                               (static_cast<int>(samples.size()) < cfg.max_reps &&
+                                std::chrono::duration<double>(Clock::now() - row_start).count() < cfg.row_seconds))
+                            samples.push_back(timed_chase(*setup.chase, list, st, random_start(rng, list), depth));
+                        auto s = bench::summarise(samples);
+                        double per_s = 1e6 / s.mean;
+                        fmt::print("{:<4} {:>6} {:<7} {:>6} {:>11.1f} {:>11.1f} {:>11.0f} {:>5}\n", tl, n, xrdma::to_string(st), depth,
+                                   s.median, s.p99, per_s, s.n);
+                        results.push_back({tl, n, st, depth, s});
+                        rows.push_back({{{"transport", tl}, {"agents", std::to_string(n)}, {"strategy", std::string(xrdma::to_string(st))},
+                                         {"depth", std::to_string(depth)}},
+                                        s,
+                                        {{"chases_per_s", per_s}}});
+                    }
+                }
+                auto c = setup.client->stats();
+                if (c.stray_replies) throw std::runtime_error(fmt::format("{} stray replies: a chase answered twice", c.stray_replies));
+            }
+            // Cold: first X-RDMA chase to a fresh agent, code transfer and JIT included.
+            std::vector<double> samples;
+            for (int i = 0; i < cfg.cold_reps; ++i) {
+                auto list = ChaseList::make(1, nodes, cfg.seed + 1);
+                auto setup = start(tl, 1, list, cfg);
+                samples.push_back(timed_chase(*setup.chase, list, Strategy::xrdma, random_start(rng, list), 1024));
+            }
+            cold[tl] = bench::summarise(samples);
+            fmt::print("{:<4} {:>6} {:<7} {:>6} {:>11.1f} {:>11.1f} {:>11} {:>5}   cold: first call to a fresh agent (code + JIT)\n",
+                       tl, 1, "xrdma", 1024, cold[tl].median, cold[tl].p99, "-", cold[tl].n);
+            rows.push_back({{{"transport", tl}, {"agents", "1"}, {"strategy", "xrdma_cold"}, {"depth", "1024"}}, cold[tl], {{"chases_per_s", 0}}});
+        }
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "\npointer_chase: FAILED: {}\n", e.what());
+        return 1;
+    }
+
+    auto median_of = [&](const std::string& tl, unsigned n, Strategy st, std::uint64_t d) -> double {
+        for (const auto& m : results)
+            if (m.transport == tl && m.agents == n && m.strategy == st && m.depth == d) return m.s.median;
+        return std::nan("");
+    };
+    fmt::print("\nTargets (ratios of medians from this run):\n");
+    for (const auto& tl : cfg.transports) {
+        double worst = 0;
+        std::uint64_t worst_depth = 0;
+        for (auto d : cfg.depths) {
+            double r = median_of(tl, 1, Strategy::xrdma, d) / median_of(tl, 1, Strategy::native, d);
+            if (r > worst) worst = r, worst_depth = d;
+        }
+        if (worst > 0)
+            fmt::print("  {}: X-RDMA / native, 1 agent, worst over depths = {:.3f} (depth {}) (target <= 1.10) {}\n", tl, worst,
+                       worst_depth, worst <= 1.10 ? "MET" : "MISSED");
+        double one = median_of(tl, 1, Strategy::get, 1024) / median_of(tl, 1, Strategy::xrdma, 1024);
+        if (!std::isnan(one))
+            fmt::print("  {}: GET / X-RDMA, 1 agent, depth 1024 = {:.1f} (target >= {}) {}\n", tl, one, tl == "tcp" ? 40 : 5,
+                       one >= (tl == "tcp" ? 40 : 5) ? "MET" : "MISSED");
+        double four = median_of(tl, 4, Strategy::get, 1024) / median_of(tl, 4, Strategy::xrdma, 1024);
+        if (!std::isnan(four))
+            fmt::print("  {}: GET / X-RDMA, 4 agents, depth 1024 = {:.2f} (target >= 1.7) {}\n", tl, four, four >= 1.7 ? "MET" : "MISSED");
+    }
+    bench::write_csv(cfg.csv, rows);
+    fmt::print("\nrows written to {}\n", cfg.csv);
+    if (!cfg.png.empty()) {
+        auto cmd = fmt::format("bash '{}/plot_chase.sh' '{}' '{}'", BITSHIP_BENCH_DIR, cfg.csv, cfg.png);
+        if (std::system(cmd.c_str()) == 0) fmt::print("plot written to {}\n", cfg.png);
+        else fmt::print(stderr, "plot failed (is gnuplot installed? scripts/setup.sh installs gnuplot-nox)\n");
+    }
+    return 0;
+}
