@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -380,37 +381,48 @@ Result<ucp_ep_h> Engine::connect_to_worker(std::span<const std::byte> address) {
 }
 
 Result<Engine::Mapped> Engine::map_memory(std::size_t size) {
+    // Our own anonymous mapping, 2 MiB aligned and marked for transparent huge pages: kernels
+    // walk regions at random, and with 4 KiB pages every hop of a chase is a TLB miss too.
+    constexpr std::size_t kHuge = 2u << 20;
+    std::size_t length = (size + kHuge - 1) / kHuge * kHuge;
+    void* raw = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) return fail(Errc::too_large, fmt::format("cannot map {} bytes: {}", size, std::strerror(errno)));
+    auto addr = reinterpret_cast<std::uintptr_t>(raw);
+    auto aligned = (addr + kHuge - 1) / kHuge * kHuge;
+    // Trim the unaligned head and tail so munmap(base, length) releases exactly what is left.
+    if (aligned > addr) munmap(raw, aligned - addr);
+    if (auto tail = addr + length + kHuge - (aligned + length); tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
+    void* base = reinterpret_cast<void*>(aligned);
+    madvise(base, length, MADV_HUGEPAGE); // a hint: without THP the region still works
+    std::memset(base, 0, length);         // touched now, not during the first timed walk
+
     Mapped m;
     ucp_mem_map_params_t params{};
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-    params.address = nullptr;
-    params.length = size;
-    params.flags = UCP_MEM_MAP_ALLOCATE;
-    if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK)
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+    params.address = base;
+    params.length = length;
+    if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK) {
+        munmap(base, length);
         return tl::make_unexpected(from_ucs(s, fmt::format("registering {} bytes", size)));
-    ucp_mem_attr_t attr{};
-    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
-    if (auto s = ucp_mem_query(m.memh, &attr); s != UCS_OK) {
-        ucp_mem_unmap(context_.get(), m.memh);
-        return tl::make_unexpected(from_ucs(s, "ucp_mem_query"));
     }
-    m.base = attr.address;
+    m.base = base;
     m.size = size;
+    m.mapped_length = length;
     void* packed = nullptr;
     std::size_t packed_size = 0;
     if (auto s = ucp_rkey_pack(context_.get(), m.memh, &packed, &packed_size); s != UCS_OK) {
-        ucp_mem_unmap(context_.get(), m.memh);
+        unmap_memory(m);
         return tl::make_unexpected(from_ucs(s, "ucp_rkey_pack"));
     }
     auto* first = static_cast<const std::byte*>(packed);
     m.packed_rkey.assign(first, first + packed_size);
     ucp_rkey_buffer_release(packed);
-    std::memset(m.base, 0, size);
     return m;
 }
 
 void Engine::unmap_memory(Mapped& m) {
     if (m.memh) ucp_mem_unmap(context_.get(), m.memh);
+    if (m.base) munmap(m.base, m.mapped_length);
     m = Mapped{};
 }
 

@@ -96,10 +96,12 @@ public:
     /// Connects to a worker by its UCX address (a reply-to); failures arrive via on_ep_error.
     Result<ucp_ep_h> connect_to_worker(std::span<const std::byte> address);
 
-    /// Registered memory: allocated here (page-aligned, zeroed) and registered for RDMA.
+    /// Registered memory: allocated here (2 MiB aligned, huge pages where the kernel gives
+    /// them, zeroed and touched) and registered for RDMA.
     struct Mapped {
         void* base = nullptr;
         std::size_t size = 0;
+        std::size_t mapped_length = 0; ///< size rounded up to whole huge pages
         ucp_mem_h memh = nullptr;
         std::vector<std::byte> packed_rkey;
     };

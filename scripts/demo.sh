@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, starts two local agents (one over TCP, one over shared
-# memory), ships the example kernels to them and prints results and timings, then the
-# ship-latency benchmark in its quick form.
+# memory), ships the example kernels to them and prints results and timings, then the quick
+# forms of the ship-latency and pointer-chase benchmarks (they start agents of their own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 cmake --preset default >/dev/null
-cmake --build --preset default --target xagent bitship-demo ship_latency
+cmake --build --preset default --target xagent bitship-demo ship_latency pointer_chase
 
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 run_dir=$(mktemp -d)
@@ -35,5 +35,9 @@ echo "== bitship demo: example kernels shipped to local agents"
 ./build/examples/bitship-demo --transport shm --agent "127.0.0.1:$(cat "$run_dir/shm.port")"
 
 echo
-echo "== bench/ship_latency (quick)"
-./build/bench/ship_latency --quick
+echo "== bench/ship_latency (quick): what a call costs"
+./build/bench/ship_latency --quick --cold-reps 2
+
+echo
+echo "== bench/pointer_chase (quick): RDMA GET per hop vs native handler vs shipped X-RDMA kernel"
+./build/bench/pointer_chase --quick --csv "$run_dir/pointer_chase.csv"
