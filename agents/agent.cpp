@@ -611,11 +611,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     if (!jit) return tl::make_unexpected(jit.error());
     impl->jit = std::move(*jit);
 
-    // 2. Workers, then the engine whose progress thread hands them work.
-    unsigned workers = config.workers ? config.workers : impl->topology.cores;
-    impl->pool = std::make_unique<WorkerPool>(workers, config.worker_spin);
-
-    // A restarted agent must be able to take its port back while the old connections sit in
+    // 3. The engine. A restarted agent must be able to take its port back while the old connections sit in
     // TIME_WAIT (SO_REUSEADDR); an operator's own UCX_CM_REUSEADDR still wins.
     setenv("UCX_CM_REUSEADDR", "y", 0);
     EngineOptions eo;
@@ -635,16 +631,22 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     impl->engine = std::move(*engine);
     impl->regions = std::make_unique<RegionTable>(*impl->engine);
 
-    // 3. Regions from the command line, before anyone can connect.
+    // 2. Workers: an idle one leads progress unless the operator said no.
+    unsigned workers = config.workers ? config.workers : impl->topology.cores;
+    impl->pool = std::make_unique<WorkerPool>(workers, config.worker_spin, config.workers_lead ? impl->engine.get() : nullptr);
+
+    // 4. Regions from the command line, before anyone can connect.
     for (const auto& [name, size] : config.regions) {
         auto r = impl->regions->create(name, size);
         if (!r) return tl::make_unexpected(r.error());
     }
 
-    // 4. Listen before the thread starts, so a bad address fails start() itself.
+    // 5. Listen before any thread progresses, so a bad address fails start() itself; then
+    //    the workers (who may lead progress at once) and the engine's own thread.
     auto port = impl->engine->listen(config.host, config.port);
     if (!port) return tl::make_unexpected(port.error());
     impl->port = *port;
+    impl->pool->start();
     impl->engine->start();
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }

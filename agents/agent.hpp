@@ -31,6 +31,8 @@ struct AgentConfig {
     unsigned workers = 0; ///< 0: one per core
     /// How long an idle worker polls its queue before sleeping.
     std::chrono::microseconds worker_spin{0};
+    /// An idle worker takes over progress, so calls reach a worker without a wake-up.
+    bool workers_lead = true;
     std::filesystem::path cache_dir;
     unsigned opt_level = 2;
     std::chrono::milliseconds kernel_timeout{10000};

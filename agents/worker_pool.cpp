@@ -4,8 +4,15 @@
 
 namespace bitship::agent {
 
-WorkerPool::WorkerPool(unsigned threads, std::chrono::microseconds spin) : spin_(spin) {
-    for (unsigned i = 0; i < std::max(1u, threads); ++i) threads_.emplace_back([this] { run(); });
+namespace {
+thread_local bool t_leading = false; // this worker is progressing the engine right now
+} // namespace
+
+WorkerPool::WorkerPool(unsigned threads, std::chrono::microseconds spin, Engine* engine)
+    : count_(std::max(1u, threads)), spin_(spin), engine_(engine) {}
+
+void WorkerPool::start() {
+    for (unsigned i = 0; i < count_; ++i) threads_.emplace_back([this] { run(); });
 }
 
 WorkerPool::~WorkerPool() { stop(); }
@@ -17,7 +24,8 @@ bool WorkerPool::submit(std::function<void()> job) {
         if (stopping_) return false;
         queue_.push_back(std::move(job));
         queued_.fetch_add(1, std::memory_order_release);
-        wake = sleepers_ > 0;
+        // A leading worker queued this itself and will run it: wake nobody for it.
+        wake = sleepers_ > 0 && !(t_leading && queue_.size() == 1);
     }
     if (wake) cv_.notify_one();
     return true;
@@ -29,11 +37,13 @@ std::vector<std::function<void()>> WorkerPool::stop() {
         std::lock_guard lock(mutex_);
         if (stopping_ && threads_.empty()) return left;
         stopping_ = true;
+        stop_flag_.store(true);
         left.assign(std::make_move_iterator(queue_.begin()), std::make_move_iterator(queue_.end()));
         queue_.clear();
         queued_.store(0);
     }
     cv_.notify_all();
+    if (engine_) engine_->wake(); // a leading worker may sleep on the event fd
     for (auto& t : threads_) t.join();
     threads_.clear();
     return left;
@@ -43,22 +53,39 @@ void WorkerPool::run() {
     prepare_worker_thread();
     using clock = std::chrono::steady_clock;
     for (;;) {
+        std::function<void()> job;
+        {
+            std::unique_lock lock(mutex_);
+            if (queue_.empty() && stopping_) return;
+            if (!queue_.empty()) {
+                job = std::move(queue_.front());
+                queue_.pop_front();
+                queued_.fetch_sub(1, std::memory_order_relaxed);
+            }
+        }
+        if (job) {
+            job();
+            continue;
+        }
+        // Idle: lead progress if nobody does, until a job shows up (most likely one we queued).
+        if (engine_ && !leading_.exchange(true)) {
+            t_leading = true;
+            engine_->lead_until([this] {
+                return queued_.load(std::memory_order_acquire) > 0 || stop_flag_.load(std::memory_order_relaxed);
+            });
+            t_leading = false;
+            leading_.store(false);
+            continue;
+        }
         // Poll without the lock for a while: a job often follows within microseconds.
         auto until = clock::now() + spin_;
         while (queued_.load(std::memory_order_acquire) == 0 && clock::now() < until) {
         }
-        std::function<void()> job;
-        {
-            std::unique_lock lock(mutex_);
-            ++sleepers_;
-            cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-            --sleepers_;
-            if (queue_.empty()) return; // stopping, nothing left
-            job = std::move(queue_.front());
-            queue_.pop_front();
-            queued_.fetch_sub(1, std::memory_order_relaxed);
-        }
-        job();
+        std::unique_lock lock(mutex_);
+        ++sleepers_;
+        // A follower also wakes when leadership is free again (the leader went to run a job).
+        cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+        --sleepers_;
     }
 }
 

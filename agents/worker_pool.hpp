@@ -1,6 +1,11 @@
 #pragma once
-// The threads kernels (and compiles) run on: never the progress thread, never a UCX callback.
-// An idle worker polls its queue briefly, then sleeps on a condition variable.
+// The threads kernels (and compiles) run on, never inside a UCX callback.
+//
+// Leader/follower: one idle worker takes over UCX progress from the engine's thread
+// (Engine::lead_until). A RUN it decodes queues a job that this same worker then runs, after
+// handing progress back, so a cached call costs no thread wake-up on its way in; the engine's
+// thread progresses while the kernel runs, so a long kernel never stalls other callers. The
+// other idle workers sleep on a condition variable.
 
 #include <atomic>
 #include <chrono>
@@ -11,12 +16,18 @@
 #include <thread>
 #include <vector>
 
+#include "core/engine.hpp"
+
 namespace bitship::agent {
 
 class WorkerPool {
 public:
-    WorkerPool(unsigned threads, std::chrono::microseconds spin);
+    /// `engine`: when set, an idle worker leads progress as above.
+    WorkerPool(unsigned threads, std::chrono::microseconds spin, Engine* engine = nullptr);
     ~WorkerPool();
+    /// Starts the threads. Separate from construction: a leading worker may run the owner's
+    /// hooks at once, and those must find the pool in place.
+    void start();
     WorkerPool(const WorkerPool&) = delete;
     WorkerPool& operator=(const WorkerPool&) = delete;
 
@@ -24,15 +35,19 @@ public:
     bool submit(std::function<void()> job);
     /// Finishes the running jobs, returns the ones never started, joins the threads.
     std::vector<std::function<void()>> stop();
-    [[nodiscard]] unsigned size() const noexcept { return static_cast<unsigned>(threads_.size()); }
+    [[nodiscard]] unsigned size() const noexcept { return count_; }
 
 private:
     void run();
+    unsigned count_;
     std::chrono::microseconds spin_;
     std::mutex mutex_;
     std::condition_variable cv_;
     std::deque<std::function<void()>> queue_;
     std::atomic<std::size_t> queued_{0};
+    std::atomic<bool> stop_flag_{false};
+    std::atomic<bool> leading_{false};
+    Engine* engine_ = nullptr;
     unsigned sleepers_ = 0;
     bool stopping_ = false;
     std::vector<std::thread> threads_;

@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
     std::uint32_t max_args = config.limits.max_args, max_result = config.limits.max_result;
     bool loopback = false;
     bool no_native = false;
+    bool no_worker_progress = false;
     std::vector<std::string> region_specs;
 
     app.add_option("--listen", listen, "HOST:PORT to listen on; port 0 picks a free one and prints it")->capture_default_str();
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
     app.add_option("--spin-us", spin_us, "microseconds to poll after the last event before sleeping")->capture_default_str();
     app.add_option("--worker-spin-us", worker_spin_us, "microseconds an idle worker polls before sleeping")->capture_default_str();
+    app.add_flag("--no-worker-progress", no_worker_progress,
+                 "idle workers never take over progress: every call then wakes a worker from the progress thread");
     app.add_option("--workers", config.workers, "threads that compile and run kernels (0: one per core)")->capture_default_str();
     app.add_option("--cache-dir", cache_dir, "keep compiled code here across restarts (default: memory only)");
     app.add_option("--opt-level", config.opt_level, "JIT optimisation level")->check(CLI::Range(0, 3))->capture_default_str();
@@ -105,6 +108,7 @@ int main(int argc, char** argv) {
     config.cache_dir = cache_dir;
     config.limits = {max_message, max_args, max_result};
     config.loopback_only = loopback;
+    config.workers_lead = !no_worker_progress;
     for (const auto& spec : region_specs) {
         auto r = agent::parse_region_spec(spec);
         if (!r) {

@@ -178,10 +178,12 @@ void Engine::stop() {
     if (!thread_.joinable()) return;
     stopping_.store(true);
     ucp_worker_signal(worker_.get());
+    {
+        std::lock_guard lock(guest_mutex_);
+        guest_cv_.notify_all();
+    }
     thread_.join();
 }
-
-bool Engine::on_progress_thread() const noexcept { return std::this_thread::get_id() == thread_.get_id(); }
 
 void Engine::post(std::function<void()> fn) {
     {
@@ -521,7 +523,8 @@ bool Engine::drain() {
 
 void Engine::sleep_until_event() {
     sleeping_.store(true, std::memory_order_seq_cst);
-    // A post() that raced with us saw sleeping_ false and did not signal: look once more.
+    // A post() that raced with us saw sleeping_ false and did not signal: look once more. A
+    // guest asking for the token signals too, but only the engine's own thread yields to it.
     if (has_posted_.load(std::memory_order_seq_cst) || stopping_.load()) {
         sleeping_.store(false);
         return;
@@ -538,35 +541,68 @@ void Engine::sleep_until_event() {
     sleeping_.store(false, std::memory_order_relaxed);
 }
 
-void Engine::run() {
-    using clock = std::chrono::steady_clock;
-    auto last_event = clock::now();
-    auto last_tick = last_event;
-    while (!stopping_.load(std::memory_order_relaxed)) {
-        bool did = ucp_worker_progress(worker_.get()) != 0;
-        did = drain() || did;
-        auto now = clock::now();
-        if (now - last_tick >= kTick) {
-            last_tick = now;
-            if (hooks_.on_tick) hooks_.on_tick();
-        }
-        if (did) {
-            last_event = now;
-            continue;
-        }
-        switch (options_.mode) {
-        case ProgressMode::spin: break;
-        case ProgressMode::block: sleep_until_event(); break;
-        case ProgressMode::spin_then_block:
-            if (now - last_event >= options_.spin) sleep_until_event();
-            break;
+// One pass: UCX progress, then what the callbacks queued, then the tick. Token held.
+bool Engine::iterate() {
+    bool did = ucp_worker_progress(worker_.get()) != 0;
+    did = drain() || did;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_tick_ >= kTick) {
+        last_tick_ = now;
+        if (hooks_.on_tick) hooks_.on_tick();
+    }
+    if (did) last_event_ = now;
+    return did;
+}
+
+void Engine::lead_until(const std::function<bool()>& done) {
+    guests_.fetch_add(1, std::memory_order_seq_cst);
+    ucp_worker_signal(worker_.get()); // the engine's thread may sleep holding the token
+    {
+        std::unique_lock token(token_);
+        last_event_ = std::chrono::steady_clock::now();
+        while (!done() && !stopping_.load(std::memory_order_relaxed)) {
+            if (iterate()) continue;
+            if (done()) break;
+            auto idle = std::chrono::steady_clock::now() - last_event_;
+            if (options_.mode == ProgressMode::block ||
+                (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin))
+                sleep_until_event();
         }
     }
+    // No wake-up for the engine's thread: most jobs take microseconds and this thread leads
+    // again right after. If it does not come back, the engine's thread takes over within
+    // kTakeover (a long kernel stalls progress at most that long).
+    guests_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Engine::run() {
+    last_event_ = last_tick_ = std::chrono::steady_clock::now();
+    while (!stopping_.load(std::memory_order_relaxed)) {
+        {
+            std::unique_lock token(token_);
+            while (!stopping_.load(std::memory_order_relaxed) && guests_.load(std::memory_order_seq_cst) == 0) {
+                if (iterate()) continue;
+                auto idle = std::chrono::steady_clock::now() - last_event_;
+                switch (options_.mode) {
+                case ProgressMode::spin: break;
+                case ProgressMode::block: sleep_until_event(); break;
+                case ProgressMode::spin_then_block:
+                    if (idle >= options_.spin) sleep_until_event();
+                    break;
+                }
+            }
+        }
+        // A guest leads: look again every kTakeover until none does.
+        std::unique_lock lock(guest_mutex_);
+        while (guests_.load(std::memory_order_seq_cst) != 0 && !stopping_.load())
+            guest_cv_.wait_for(lock, kTakeover);
+    }
     // Finish what was posted (replies to send, futures to fail), then close every endpoint.
+    std::unique_lock token(token_);
     drain();
     for (auto* ep : std::vector(endpoints_)) close(ep);
-    auto deadline = clock::now() + kCloseTimeout;
-    while (clock::now() < deadline && ucp_worker_progress(worker_.get()) != 0) {
+    auto deadline = std::chrono::steady_clock::now() + kCloseTimeout;
+    while (std::chrono::steady_clock::now() < deadline && ucp_worker_progress(worker_.get()) != 0) {
     }
     listener_.reset();
 }

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +67,8 @@ struct EngineHooks {
 class Engine {
 public:
     static constexpr auto kTick = std::chrono::milliseconds(20);
+    /// How soon the engine's thread takes progress back from a guest that left to run a job.
+    static constexpr auto kTakeover = std::chrono::milliseconds(5);
 
     static Result<std::unique_ptr<Engine>> create(const EngineOptions& options, EngineHooks hooks);
     ~Engine();
@@ -79,7 +82,15 @@ public:
 
     /// Runs `fn` on the progress thread. Thread-safe; wakes a sleeping progress thread.
     void post(std::function<void()> fn);
-    [[nodiscard]] bool on_progress_thread() const noexcept;
+
+    /// Takes over progress from the engine's own thread until `done()` is true (checked after
+    /// every pass, and after every wake-up), then hands it back. Only one thread progresses at a
+    /// time; the engine's thread waits meanwhile. An agent's idle worker does this, so a RUN
+    /// arriving while it leads runs on it without a thread hand-off. `done` must be cheap;
+    /// wake() makes a sleeping leader check it.
+    void lead_until(const std::function<bool()>& done);
+    /// Wakes whichever thread is progressing, if it sleeps. Any thread.
+    void wake() noexcept { ucp_worker_signal(worker_.get()); }
 
     // --- progress thread only -------------------------------------------------------------
 
@@ -139,6 +150,7 @@ private:
     Engine(const EngineOptions& options, EngineHooks hooks);
     void run();
     bool drain();
+    bool iterate();
     void sleep_until_event();
     ucp_ep_h make_ep(ucp_ep_params_t& params, Result<ucp_ep_h>& out);
 
@@ -166,6 +178,13 @@ private:
 
     std::thread thread_;
     std::atomic<bool> stopping_{false};
+    // The progress token: whoever holds it may touch the worker and the queues below. The
+    // engine's thread holds it unless a guest (lead_until) asked for it.
+    std::mutex token_;
+    std::atomic<int> guests_{0};
+    std::mutex guest_mutex_;
+    std::condition_variable guest_cv_;
+    std::chrono::steady_clock::time_point last_event_{}, last_tick_{};
     std::atomic<bool> sleeping_{false};
     std::atomic<std::uint64_t> bytes_sent_{0};
 
