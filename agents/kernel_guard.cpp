@@ -1,10 +1,11 @@
 #include "kernel_guard.hpp"
 
 #include <pthread.h>
+#include <atomic>
 #include <csetjmp>
 #include <csignal>
 #include <cstring>
-#include <ctime>
+#include <memory>
 #include <mutex>
 #include <vector>
 
@@ -13,29 +14,60 @@
 namespace bitship::agent {
 namespace {
 
-// The signal a watchdog timer sends to a worker whose kernel overran its budget.
+// The signal the watchdog sends to a worker whose kernel overran its budget.
 const int kTimeoutSignal = SIGRTMIN + 2;
 constexpr std::size_t kAltStackSize = 256 * 1024;
 
-struct GuardState {
+std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One per worker thread, never freed (workers are few and live as long as the agent).
+struct Slot {
+    pthread_t thread{};
     sigjmp_buf jump;
-    volatile sig_atomic_t active = 0;
+    volatile sig_atomic_t active = 0;  // inside the kernel
     volatile sig_atomic_t signal = 0;
     void* volatile address = nullptr;
+    std::atomic<std::uint64_t> generation{0}; // which call runs
+    std::atomic<std::int64_t> started_ns{0};  // 0: none
+    std::atomic<std::int64_t> budget_ns{0};
+    std::atomic<std::uint64_t> stop_generation{0}; // the call the watchdog wants stopped
 };
-thread_local GuardState* t_guard = nullptr;
+
+std::mutex g_slots_mutex;
+std::vector<Slot*> g_slots;
+thread_local Slot* t_slot = nullptr;
+
+Slot& my_slot() {
+    if (!t_slot) {
+        t_slot = new Slot;
+        t_slot->thread = pthread_self();
+        std::lock_guard lock(g_slots_mutex);
+        g_slots.push_back(t_slot);
+    }
+    return *t_slot;
+}
 
 struct sigaction g_previous[65];
 
 void on_signal(int sig, siginfo_t* info, void* uctx) {
-    GuardState* g = t_guard;
-    if (g && g->active) {
-        g->active = 0;
-        g->signal = sig;
-        g->address = info ? info->si_addr : nullptr;
-        siglongjmp(g->jump, 1);
+    Slot* s = t_slot;
+    if (sig == kTimeoutSignal) {
+        // Only the call the watchdog meant: a signal that arrives after it returned is dropped.
+        if (s && s->active && s->stop_generation.load() == s->generation.load()) {
+            s->active = 0;
+            s->signal = sig;
+            siglongjmp(s->jump, 1);
+        }
+        return;
     }
-    if (sig == kTimeoutSignal) return; // a timer that fired just after the kernel returned
+    if (s && s->active) {
+        s->active = 0;
+        s->signal = sig;
+        s->address = info ? info->si_addr : nullptr;
+        siglongjmp(s->jump, 1);
+    }
     // Not inside a kernel: the agent itself faulted. Let the previous disposition act.
     auto& prev = g_previous[sig];
     if (prev.sa_flags & SA_SIGINFO && prev.sa_sigaction) {
@@ -69,47 +101,46 @@ void prepare_worker_thread() {
     ss.ss_sp = alt_stack.data();
     ss.ss_size = alt_stack.size();
     sigaltstack(&ss, nullptr);
+    my_slot();
 }
 
 std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget) {
-    static thread_local GuardState guard;
-    t_guard = &guard;
+    Slot& s = my_slot();
+    s.generation.fetch_add(1, std::memory_order_relaxed);
+    s.budget_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(budget).count(), std::memory_order_relaxed);
+    s.started_ns.store(budget.count() > 0 ? now_ns() : 0, std::memory_order_release);
 
-    // A per-call POSIX timer that signals this very thread when the budget runs out.
-    // volatile: both are read after siglongjmp returns to sigsetjmp.
-    timer_t volatile timer{};
-    volatile bool armed = false;
-    if (budget.count() > 0) {
-        sigevent ev{};
-        ev.sigev_notify = SIGEV_THREAD_ID;
-        ev.sigev_signo = kTimeoutSignal;
-        ev._sigev_un._tid = gettid();
-        timer_t created{};
-        if (timer_create(CLOCK_MONOTONIC, &ev, &created) == 0) {
-            timer = created;
-            itimerspec when{};
-            when.it_value.tv_sec = budget.count() / 1000;
-            when.it_value.tv_nsec = (budget.count() % 1000) * 1000000;
-            armed = timer_settime(created, 0, &when, nullptr) == 0;
-            if (!armed) timer_delete(created);
-        }
-    }
     std::optional<Error> outcome;
-    if (sigsetjmp(guard.jump, 1) == 0) {
-        guard.active = 1;
+    if (sigsetjmp(s.jump, 1) == 0) {
+        s.active = 1;
         fn(ctx);
-        guard.active = 0;
+        s.active = 0;
     } else {
-        int sig = guard.signal;
+        int sig = s.signal;
         if (sig == kTimeoutSignal)
             outcome = Error{Errc::kernel_timeout, fmt::format("kernel ran past its {} ms budget and was stopped", budget.count())};
         else
-            outcome = Error{Errc::kernel_crashed, fmt::format("kernel crashed with {} ({}) at address {}", sigabbrev_np(sig)
-                                                                  ? fmt::format("SIG{}", sigabbrev_np(sig)) : std::to_string(sig),
-                                                              strsignal(sig), guard.address)};
+            outcome = Error{Errc::kernel_crashed,
+                            fmt::format("kernel crashed with {} ({}) at address {}",
+                                        sigabbrev_np(sig) ? fmt::format("SIG{}", sigabbrev_np(sig)) : std::to_string(sig),
+                                        strsignal(sig), s.address)};
     }
-    if (armed) timer_delete(timer);
+    s.started_ns.store(0, std::memory_order_release);
     return outcome;
+}
+
+void check_kernel_budgets() {
+    auto now = now_ns();
+    std::lock_guard lock(g_slots_mutex);
+    for (Slot* s : g_slots) {
+        auto started = s->started_ns.load(std::memory_order_acquire);
+        if (started == 0) continue;
+        auto generation = s->generation.load(std::memory_order_relaxed);
+        if (now - started <= s->budget_ns.load(std::memory_order_relaxed)) continue;
+        if (s->stop_generation.load() == generation) continue; // already told
+        s->stop_generation.store(generation);
+        pthread_kill(s->thread, kTimeoutSignal);
+    }
 }
 
 } // namespace bitship::agent

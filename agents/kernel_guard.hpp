@@ -3,6 +3,11 @@
 // budget stops that kernel, not the agent. The worker thread jumps back out of the kernel's
 // frames with siglongjmp; kernels are C code with no destructors to skip.
 //
+// Budgets cost no system call per call: a worker publishes which kernel it runs and since
+// when (atomic stores), and check_kernel_budgets(), called every few milliseconds by the
+// engine's thread, signals a worker whose kernel overran. A generation number makes sure a
+// late signal never stops the kernel that came after.
+//
 // Limits, said plainly: a kernel stopped while it held a lock inside an exported libc function
 // (malloc's, say) leaves that lock held. The agent logs every stop; an operator who sees
 // kernel_timeout or kernel_crashed repeatedly should restart the agent.
@@ -20,10 +25,13 @@ namespace bitship::agent {
 void install_kernel_guard();
 
 /// Prepares the calling worker thread: its own alternate signal stack, so a kernel that
-/// overflows its stack is still caught.
+/// overflows its stack is still caught, and its slot in the watchdog's table.
 void prepare_worker_thread();
 
-/// Runs `fn(ctx)`; returns an error if the kernel faulted or ran past `budget`.
+/// Runs `fn(ctx)`; returns an error if the kernel faulted or ran past `budget` (0: no budget).
 std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget);
+
+/// Signals every worker whose kernel has run past its budget. Any thread; cheap when none has.
+void check_kernel_budgets();
 
 } // namespace bitship::agent

@@ -521,24 +521,35 @@ bool Engine::drain() {
     return did;
 }
 
-void Engine::sleep_until_event() {
+void Engine::sleep_until_event(bool yield_to_guests) {
     sleeping_.store(true, std::memory_order_seq_cst);
-    // A post() that raced with us saw sleeping_ false and did not signal: look once more. A
-    // guest asking for the token signals too, but only the engine's own thread yields to it.
-    if (has_posted_.load(std::memory_order_seq_cst) || stopping_.load()) {
+    // A post() or a guest asking for the token that raced with us saw sleeping_ false and did
+    // not signal: look once more (both sides store, then load, sequentially consistent).
+    if (has_posted_.load(std::memory_order_seq_cst) || stopping_.load() ||
+        (yield_to_guests && guests_.load(std::memory_order_seq_cst) > 0)) {
         sleeping_.store(false);
         return;
     }
     auto s = ucp_worker_arm(worker_.get());
     if (s == UCS_OK) {
         pollfd pfd{event_fd_, POLLIN, 0};
-        // Owners with deadlines get a tick; the others sleep until something happens.
+        // Owners with deadlines get a tick, a watcher its watch; the others sleep until
+        // something happens.
         int timeout_ms = hooks_.on_tick ? static_cast<int>(kTick.count()) : -1;
+        if (hooks_.on_watch && yield_to_guests) timeout_ms = static_cast<int>(kTakeover.count());
         while (::poll(&pfd, 1, timeout_ms) < 0 && errno == EINTR) {
         }
     }
     // UCS_ERR_BUSY: events are pending, do not sleep.
     sleeping_.store(false, std::memory_order_relaxed);
+}
+
+void Engine::watch() {
+    if (!hooks_.on_watch) return;
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_watch_ < kTakeover) return;
+    last_watch_ = now;
+    hooks_.on_watch();
 }
 
 // One pass: UCX progress, then what the callbacks queued, then the tick. Token held.
@@ -556,7 +567,8 @@ bool Engine::iterate() {
 
 void Engine::lead_until(const std::function<bool()>& done) {
     guests_.fetch_add(1, std::memory_order_seq_cst);
-    ucp_worker_signal(worker_.get()); // the engine's thread may sleep holding the token
+    // The engine's thread may sleep holding the token; if it is awake it sees guests_ itself.
+    if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_.get());
     {
         std::unique_lock token(token_);
         last_event_ = std::chrono::steady_clock::now();
@@ -566,7 +578,7 @@ void Engine::lead_until(const std::function<bool()>& done) {
             auto idle = std::chrono::steady_clock::now() - last_event_;
             if (options_.mode == ProgressMode::block ||
                 (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin))
-                sleep_until_event();
+                sleep_until_event(false);
         }
     }
     // No wake-up for the engine's thread: most jobs take microseconds and this thread leads
@@ -581,21 +593,24 @@ void Engine::run() {
         {
             std::unique_lock token(token_);
             while (!stopping_.load(std::memory_order_relaxed) && guests_.load(std::memory_order_seq_cst) == 0) {
+                watch();
                 if (iterate()) continue;
                 auto idle = std::chrono::steady_clock::now() - last_event_;
                 switch (options_.mode) {
                 case ProgressMode::spin: break;
-                case ProgressMode::block: sleep_until_event(); break;
+                case ProgressMode::block: sleep_until_event(true); break;
                 case ProgressMode::spin_then_block:
-                    if (idle >= options_.spin) sleep_until_event();
+                    if (idle >= options_.spin) sleep_until_event(true);
                     break;
                 }
             }
         }
         // A guest leads: look again every kTakeover until none does.
         std::unique_lock lock(guest_mutex_);
-        while (guests_.load(std::memory_order_seq_cst) != 0 && !stopping_.load())
+        while (guests_.load(std::memory_order_seq_cst) != 0 && !stopping_.load()) {
             guest_cv_.wait_for(lock, kTakeover);
+            watch();
+        }
     }
     // Finish what was posted (replies to send, futures to fail), then close every endpoint.
     std::unique_lock token(token_);

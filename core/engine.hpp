@@ -62,6 +62,9 @@ struct EngineHooks {
     std::function<void(ucp_conn_request_h)> on_conn_request;
     /// Called at least every kTick, for deadlines.
     std::function<void()> on_tick;
+    /// Called by the engine's own thread about every kTakeover, whoever progresses: it must be
+    /// thread-safe and need no token (an agent's kernel watchdog).
+    std::function<void()> on_watch;
 };
 
 class Engine {
@@ -151,7 +154,8 @@ private:
     void run();
     bool drain();
     bool iterate();
-    void sleep_until_event();
+    void sleep_until_event(bool yield_to_guests);
+    void watch();
     ucp_ep_h make_ep(ucp_ep_params_t& params, Result<ucp_ep_h>& out);
 
     static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data, size_t length,
@@ -184,7 +188,7 @@ private:
     std::atomic<int> guests_{0};
     std::mutex guest_mutex_;
     std::condition_variable guest_cv_;
-    std::chrono::steady_clock::time_point last_event_{}, last_tick_{};
+    std::chrono::steady_clock::time_point last_event_{}, last_tick_{}, last_watch_{};
     std::atomic<bool> sleeping_{false};
     std::atomic<std::uint64_t> bytes_sent_{0};
 
