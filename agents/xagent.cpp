@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     app.add_option("--port-file", port_file, "write the bound port to this file once listening");
     app.add_option("--transport", transport, "data transport: tcp, shm (shared memory; TCP makes the handshake) or any")
         ->check(CLI::IsMember({"tcp", "shm", "any"}))->capture_default_str();
-    app.add_option("--progress", progress, "how the progress thread waits: spin, block or spin-then-block")
+    app.add_option("--progress", progress, "how the thread progressing UCX waits: spin, block or spin-then-block")
         ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
     app.add_option("--spin-us", spin_us, "microseconds to poll after the last event before sleeping")->capture_default_str();
     app.add_option("--worker-spin-us", worker_spin_us, "microseconds an idle worker polls before sleeping")->capture_default_str();
@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     app.add_option("--workers", config.workers, "threads that compile and run kernels (0: one per core)")->capture_default_str();
     app.add_option("--cache-dir", cache_dir, "keep compiled code here across restarts (default: memory only)");
     app.add_option("--opt-level", config.opt_level, "JIT optimisation level")->check(CLI::Range(0, 3))->capture_default_str();
-    app.add_option("--kernel-timeout-ms", timeout_ms, "stop a kernel that runs longer than this (0: never)")->capture_default_str();
+    app.add_option("--kernel-timeout-ms", timeout_ms, "stop a kernel that runs longer than this, checked every 5 ms (0: never)")->capture_default_str();
     app.add_option("--max-message", max_message, "largest message accepted, bytes")->capture_default_str();
     app.add_option("--max-args", max_args, "largest argument block, bytes")->capture_default_str();
     app.add_option("--max-result", max_result, "largest kernel reply, bytes")->capture_default_str();
