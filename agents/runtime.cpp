@@ -8,7 +8,7 @@
 
 namespace {
 constexpr std::size_t kMaxFailMessage = 1024;
-constexpr char kNoArgs[1] = {};
+alignas(16) constexpr char kNoArgs[16] = {};
 } // namespace
 
 extern "C" {

@@ -36,21 +36,34 @@ public:
     std::optional<std::uint16_t> u16() noexcept { return scalar<std::uint16_t>(); }
     std::optional<std::uint32_t> u32() noexcept { return scalar<std::uint32_t>(); }
     std::optional<std::uint64_t> u64() noexcept { return scalar<std::uint64_t>(); }
-    /// A string prefixed by a u16 length.
+    /// A string prefixed by a u16 length. On failure nothing is consumed, so the reads that
+    /// follow cannot succeed from the middle of a field.
     std::optional<std::string_view> str16() noexcept {
+        auto start = pos_;
         auto n = u16();
-        if (!n) return std::nullopt;
-        auto b = bytes(*n);
-        if (!b) return std::nullopt;
+        auto b = n ? bytes(*n) : std::nullopt;
+        if (!b) {
+            pos_ = start;
+            return std::nullopt;
+        }
         return std::string_view(reinterpret_cast<const char*>(b->data()), b->size());
     }
-    /// A byte block prefixed by a u32 length.
+    /// A byte block prefixed by a u32 length; on failure nothing is consumed.
     std::optional<std::span<const std::byte>> blob32() noexcept {
+        auto start = pos_;
         auto n = u32();
-        if (!n) return std::nullopt;
-        return bytes(*n);
+        auto b = n ? bytes(*n) : std::nullopt;
+        if (!b) pos_ = start;
+        return b;
     }
     [[nodiscard]] std::size_t remaining() const noexcept { return bytes_.size() - pos_; }
+    /// Skips the padding up to the next multiple of `n` from the start; false if it runs out.
+    bool align(std::size_t n) noexcept {
+        auto pad = (n - pos_ % n) % n;
+        if (pad > remaining()) return false;
+        pos_ += pad;
+        return true;
+    }
 
 private:
     std::span<const std::byte> bytes_;
@@ -78,6 +91,8 @@ public:
         u32(static_cast<std::uint32_t>(b.size()));
         raw(b);
     }
+    /// Zero padding up to the next multiple of `n` from the start.
+    void align(std::size_t n) { buf_.resize(buf_.size() + (n - buf_.size() % n) % n); }
     void patch_u64(std::size_t at, std::uint64_t v) { std::memcpy(buf_.data() + at, &v, sizeof v); }
     [[nodiscard]] std::size_t size() const noexcept { return buf_.size(); }
     std::vector<std::byte> take() && { return std::move(buf_); }

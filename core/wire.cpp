@@ -80,7 +80,9 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         auto max_message = in.u64();
         auto max_args = in.u32(), max_result = in.u32(), cores = in.u32(), workers = in.u32();
         auto instance = in.u64();
-        if (!instance) return truncated(t, "fields");
+        if (!agent || !triple || !cpu || !major || !minor || !patch || !max_message || !max_args || !max_result ||
+            !cores || !workers || !instance)
+            return truncated(t, "fields");
         w.agent = *agent;
         w.triple = *triple;
         w.cpu = *cpu;
@@ -101,9 +103,12 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         auto budget = in.u16();
         auto hops = in.u16();
         auto self = in.u16();
+        if (!origin || !budget || !hops || !self) return truncated(t, "hops");
         auto entry = in.str16();
         if (!entry) return truncated(t, "entry");
-        auto args = in.blob32();
+        auto args_size = in.u32();
+        if (!args_size || !in.align(kArgsAlignment)) return truncated(t, "args");
+        auto args = in.bytes(*args_size);
         if (!args) return truncated(t, "args");
         auto code = in.blob32();
         if (!code) return truncated(t, "code");
@@ -147,7 +152,7 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         auto code = in.u32();
         auto kcode = in.u32();
         auto text = in.blob32();
-        if (!text) return truncated(t, "message");
+        if (!code || !kcode || !text) return truncated(t, "message");
         ErrorMsg e;
         e.code = static_cast<Errc>(*code);
         if (*code > static_cast<std::uint32_t>(kLastErrc)) e.code = Errc::internal;
@@ -168,7 +173,7 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         for (std::uint32_t i = 0; i < *count; ++i) {
             auto name = in.str16();
             auto value = in.u64();
-            if (!value) return truncated(t, "counters");
+            if (!name || !value) return truncated(t, "counters");
             s.counters.emplace_back(*name, *value);
         }
         m.body = std::move(s);
@@ -184,7 +189,7 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         auto base = in.u64();
         auto size = in.u64();
         auto rkey = in.blob32();
-        if (!rkey) return truncated(t, "rkey");
+        if (!base || !size || !rkey) return truncated(t, "rkey");
         m.body = RegionInfo{*base, *size, *rkey};
         break;
     }
@@ -229,7 +234,9 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
     w.u16(r.hops);
     w.u16(r.self_index);
     w.str16(r.entry);
-    w.blob32(r.args);
+    w.u32(static_cast<std::uint32_t>(r.args.size()));
+    w.align(kArgsAlignment);
+    w.raw(r.args);
     w.blob32(r.code);
     w.blob32(r.reply_to);
     w.u16(static_cast<std::uint16_t>(r.peers.size()));

@@ -76,6 +76,10 @@ struct Welcome {
     std::uint64_t instance = 0; ///< random per agent start
 };
 
+/// Arguments start at this alignment within the payload (payload buffers are allocated at
+/// least this aligned), so kernels may cast bs_args() to their struct.
+inline constexpr std::size_t kArgsAlignment = 16;
+
 struct Run {
     CodeHash hash{};
     std::uint64_t origin = 0;      ///< the caller's request id: what the final answer carries

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: unit and integration (real xagent
-# processes over TCP and shared memory on loopback), then the wire and bundle decoders again
-# under AddressSanitizer + UndefinedBehaviorSanitizer.
+# processes over TCP and shared memory on loopback, real LLVM JIT); then the whole suite again
+# under AddressSanitizer + UndefinedBehaviorSanitizer (clang-19), then a short libFuzzer run
+# of the wire decoder and the bundle parser.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 
+echo "== build and test (RelWithDebInfo)"
 cmake --preset default >/dev/null
 cmake --build --preset default
 ctest --preset default
 
-# The decoders again, instrumented (clang-19, only what those tests need).
+echo "== build and test under ASan + UBSan"
 cmake --preset asan >/dev/null
-cmake --build --preset asan --target core_test
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ./build-asan/test/core/core_test
+cmake --build --preset asan
+ctest --preset asan
+
+echo "== fuzz the decoders (${BITSHIP_FUZZ_SECONDS:-20} s each)"
+bash scripts/fuzz.sh "${BITSHIP_FUZZ_SECONDS:-20}"

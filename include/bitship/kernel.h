@@ -44,7 +44,8 @@ enum {
     BS_ENOMEM = -6 /**< a region could not be created */
 };
 
-/** The argument bytes of this call; `*len` receives their size (may be 0). Never null. */
+/** The argument bytes of this call, 16-byte aligned; `*len` receives their size (may be 0).
+ *  Never null. */
 const void* bs_args(bs_ctx* ctx, size_t* len);
 
 /** Answers the call with `len` bytes, copied before return. Returns BS_OK or BS_E*. */

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <fstream>
+#include <iterator>
 
 #include "core/wire.hpp"
 
@@ -49,6 +51,20 @@ TEST_CASE("a RUN message survives encode and decode", "[unit]") {
     CHECK(r.reply_to.size() == 14);
     REQUIRE(r.peers.size() == 2);
     CHECK(r.peers[1] == "127.0.0.1:7001");
+}
+
+TEST_CASE("RUN arguments start 16-byte aligned in the payload", "[unit]") {
+    for (std::string entry : {"a", "ab", "abc", "chase", "a_longer_entry_name"}) {
+        wire::Run r;
+        r.entry = entry;
+        static const std::uint64_t value = 7;
+        r.args = std::as_bytes(std::span(&value, 1));
+        auto e = wire::encode_run(1, r);
+        auto m = wire::decode(e.header, e.payload);
+        REQUIRE(m);
+        auto offset = static_cast<std::size_t>(std::get<wire::Run>(m->body).args.data() - e.payload.data());
+        CHECK(offset % wire::kArgsAlignment == 0);
+    }
 }
 
 TEST_CASE("a RUN naming itself outside its peer table is refused", "[unit]") {
@@ -176,4 +192,20 @@ TEST_CASE("an error code from a newer peer decodes as internal, not as garbage",
     auto m = wire::decode(e.header, e.payload);
     REQUIRE(m);
     CHECK(std::get<wire::ErrorMsg>(m->body).code == Errc::internal);
+}
+
+TEST_CASE("a WELCOME whose strings run short is refused (fuzzer find)", "[unit]") {
+    // libFuzzer found this: a failed string read consumed its length prefix, later fields
+    // decoded from the middle of others, and an unchecked one was used.
+    std::ifstream in(BITSHIP_WIRE_CORPUS "/crash_welcome_unchecked_fields", std::ios::binary);
+    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(chars.size() >= sizeof(wire::Header));
+    auto bytes = std::as_bytes(std::span(chars));
+    auto payload = bytes.subspan(sizeof(wire::Header));
+    auto h = wire::decode_header(bytes.first(sizeof(wire::Header)), payload.size());
+    if (h) {
+        auto m = wire::decode(*h, payload);
+        REQUIRE_FALSE(m);
+        CHECK(m.error().code == Errc::malformed_message);
+    }
 }

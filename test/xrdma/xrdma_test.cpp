@@ -78,6 +78,8 @@ TEST_CASE("all three strategies walk to the same node and sum as a local walk", 
             for (auto s : {Strategy::get, Strategy::native, Strategy::xrdma}) {
                 INFO("strategy " << xrdma::to_string(s) << " depth " << depth);
                 auto got = chase->run(s, start, depth);
+                INFO((got ? std::string("ok") : got.error().describe()));
+                INFO((got ? std::string() : cluster.agents[0]->log()));
                 REQUIRE(got);
                 CHECK(got->addr == want.addr);
                 CHECK(got->sum == want.sum);
