@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and runs every test: unit and integration (real xagent
-# processes over TCP and shared memory on loopback, real LLVM JIT); then the whole suite again
-# under AddressSanitizer + UndefinedBehaviorSanitizer (clang-19), then a short libFuzzer run
-# of the wire decoder and the bundle parser.
+# processes over TCP and shared memory on loopback, real LLVM JIT); a short libFuzzer run of
+# the wire decoder and the bundle parser; then the whole suite again under AddressSanitizer +
+# UndefinedBehaviorSanitizer (clang-19).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,10 +14,10 @@ cmake --preset default >/dev/null
 cmake --build --preset default
 ctest --preset default
 
+echo "== fuzz the decoders (${BITSHIP_FUZZ_SECONDS:-20} s each)"
+bash scripts/fuzz.sh "${BITSHIP_FUZZ_SECONDS:-20}"
+
 echo "== build and test under ASan + UBSan"
 cmake --preset asan >/dev/null
 cmake --build --preset asan
 ctest --preset asan
-
-echo "== fuzz the decoders (${BITSHIP_FUZZ_SECONDS:-20} s each)"
-bash scripts/fuzz.sh "${BITSHIP_FUZZ_SECONDS:-20}"
