@@ -1,5 +1,6 @@
 #include "agent.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <deque>
@@ -267,6 +268,11 @@ struct Agent::Impl {
 
     void on_run(std::shared_ptr<RunRequest> r) {
         counters.runs.fetch_add(1, std::memory_order_relaxed);
+        if (r->run.peers.empty() && !config.peers.empty()) {
+            // No table shipped: the operator's. It outlives every request (it is config).
+            for (const auto& p : config.peers) r->run.peers.push_back(p);
+            r->run.self_index = static_cast<std::uint16_t>(config.self_index);
+        }
         if (r->run.args.size() > config.limits.max_args) {
             answer_error(*r, Error{Errc::too_large, fmt::format("{} bytes of arguments exceed the limit of {}",
                                                                r->run.args.size(), config.limits.max_args)});
@@ -598,6 +604,10 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     impl->topology = detect_topology();
     impl->instance = std::random_device{}() | (static_cast<std::uint64_t>(std::random_device{}()) << 32);
     for (const auto& [name, fn] : config.native_kernels) impl->natives.emplace(name, fn);
+    if (config.peers.size() > 0xffff) return fail(Errc::invalid_argument, "at most 65535 --peer entries");
+    if (config.self_index >= static_cast<int>(config.peers.size()))
+        return fail(Errc::invalid_argument, fmt::format("self index {} is outside the {} configured peers", config.self_index,
+                                                        config.peers.size()));
     install_kernel_guard();
 
     // 1. The JIT, linking kernels against the runtime, the curated libc subset and the
@@ -647,6 +657,13 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     auto port = impl->engine->listen(config.host, config.port);
     if (!port) return tl::make_unexpected(port.error());
     impl->port = *port;
+    if (!config.peers.empty() && config.self_index < 0) {
+        auto me = std::find(config.peers.begin(), config.peers.end(), impl->address());
+        if (me == config.peers.end())
+            return fail(Errc::invalid_argument, fmt::format("this agent ({}) is not among its configured peers; add it, or "
+                                                            "give its index with --self", impl->address()));
+        impl->config.self_index = static_cast<int>(me - config.peers.begin());
+    }
     impl->pool->start();
     impl->engine->start();
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));

@@ -42,6 +42,11 @@ struct AgentConfig {
     std::vector<jit::Export> exports;
     /// Memory regions made at start ("NAME=SIZE" parsed), registered for RDMA.
     std::vector<std::pair<std::string, std::size_t>> regions;
+    /// The agents kernels may forward to when a call ships no peer table of its own
+    /// ("host:port", the same ordered list on every agent), and this agent's index in it
+    /// (-1: find our own listen address in the list).
+    std::vector<std::string> peers;
+    int self_index = -1;
     /// Native (pre-compiled) kernels the operator installs, run like shipped ones: the
     /// baseline shipped code is compared against. Called by RUNs with an all-zero hash.
     std::vector<std::pair<std::string, bs_entry_fn>> native_kernels;

@@ -41,6 +41,10 @@ private:
     std::uint16_t port_ = 0;
 };
 
+/// A loopback TCP port that was free a moment ago (for agents that must know their peers'
+/// ports before they start).
+std::uint16_t free_port();
+
 /// A fresh empty directory under the system temp dir.
 std::filesystem::path make_temp_dir(const std::string& prefix);
 

@@ -79,6 +79,14 @@ int bs_ship(bs_ctx* ctx, uint32_t peer, const char* entry, const void* args, siz
     if (!ctx->run || peer >= ctx->run->peers.size()) return BS_ENOPEER;
     if (len > ctx->max_args) return BS_ETOOLARGE;
     ctx->answered = true;
+    if (ctx->run->reply_to.empty()) {
+        // The final answer could not reach the caller: say so instead of losing it.
+        ctx->runtime_error = bitship::Error{
+            bitship::Errc::invalid_argument,
+            fmt::format("kernel '{}' tried to forward, but the caller sent no reply-to address (ship with "
+                        "ShipOptions::peers or ShipOptions::forward)", ctx->run->entry)};
+        return BS_ENOPEER;
+    }
     if (ctx->run->hop_budget == 0) {
         ctx->runtime_error = bitship::Error{
             bitship::Errc::hop_budget_exceeded,

@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
     bool no_native = false;
     bool no_worker_progress = false;
     std::vector<std::string> region_specs;
+    std::vector<std::string> peers;
+    int self_index = -1;
 
     app.add_option("--listen", listen, "HOST:PORT to listen on; port 0 picks a free one and prints it")->capture_default_str();
     app.add_option("--port-file", port_file, "write the bound port to this file once listening");
@@ -75,6 +77,9 @@ int main(int argc, char** argv) {
     app.add_option("--max-args", max_args, "largest argument block, bytes")->capture_default_str();
     app.add_option("--max-result", max_result, "largest kernel reply, bytes")->capture_default_str();
     app.add_option("--region", region_specs, "allocate and register memory region NAME=SIZE (e.g. chase=1G); repeatable");
+    app.add_option("--peer", peers, "HOST:PORT of an agent kernels may forward to when a call ships no peer table; "
+                                    "give the same ordered list, this agent included, to every agent; repeatable");
+    app.add_option("--self", self_index, "this agent's index among --peer (default: find --listen's address there)");
     app.add_flag("--no-native", no_native, "do not pre-install the native xrdma handlers (chase)");
     app.add_flag("--loopback", loopback, "pin UCX to the loopback device (UCX_NET_DEVICES=lo) unless set already");
     app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
@@ -109,6 +114,8 @@ int main(int argc, char** argv) {
     config.limits = {max_message, max_args, max_result};
     config.loopback_only = loopback;
     config.workers_lead = !no_worker_progress;
+    config.peers = peers;
+    config.self_index = self_index;
     for (const auto& spec : region_specs) {
         auto r = agent::parse_region_spec(spec);
         if (!r) {

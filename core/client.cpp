@@ -41,7 +41,8 @@ struct CallState {
     Bytes args;
     CodeHash hash{};
     bool resent = false;
-    bool native = false; // a pre-installed kernel: no code, an all-zero hash
+    bool native = false;  // a pre-installed kernel: no code, an all-zero hash
+    bool forward = false; // may forward through the agents' configured peers
     // Forwarding: the peer table by address, this target's index in it, the hop budget.
     std::vector<std::string> peers;
     std::uint16_t self_index = 0;
@@ -270,7 +271,7 @@ struct Client::Impl {
         run.entry = c->entry;
         run.args = c->args;
         run.code = code;
-        if (!c->peers.empty()) {
+        if (!c->peers.empty() || c->forward) {
             run.reply_to = engine->worker_address();
             for (const auto& a : c->peers) run.peers.push_back(a);
             run.self_index = c->self_index;
@@ -637,6 +638,8 @@ Result<Target> Client::connect(std::string_view host_port) {
 namespace {
 // The call's peer table by address, and where the target sits in it.
 bool set_peers(CallState& c, const Target& target, const ShipOptions& options) {
+    c.forward = options.forward;
+    c.hop_budget = options.hop_budget;
     if (options.peers.empty()) return true;
     bool found = false;
     for (std::size_t i = 0; i < options.peers.size(); ++i) {

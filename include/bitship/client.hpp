@@ -82,6 +82,9 @@ struct ShipOptions {
     std::vector<Target> peers;
     /// Forwards allowed before the call fails with hop_budget_exceeded.
     std::uint16_t hop_budget = 1024;
+    /// Without `peers`: let the kernel forward through the agents' own configured peers
+    /// (xagent --peer). The call then carries this client's address for the answer.
+    bool forward = false;
 };
 
 /// A memory region of an agent, readable and writable with one-sided RDMA.

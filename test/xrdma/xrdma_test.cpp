@@ -9,6 +9,8 @@
 #include <memory>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include <bitship/client.hpp>
 #include <xrdma_kernels.hpp>
 #include <xrdma_test_kernels.hpp>
@@ -126,6 +128,35 @@ TEST_CASE("a forwarding loop stops at the hop budget with a clear error", "[inte
     REQUIRE_FALSE(r);
     CHECK(r.error().code == Errc::hop_budget_exceeded);
     CHECK_THAT(r.error().message, Catch::Contains("5 hops"));
+}
+
+TEST_CASE("kernels forward through the agents' configured peers when the call ships none", "[integration]") {
+    std::uint16_t p0 = launch::free_port(), p1 = launch::free_port();
+    std::vector<std::string> peers{"--peer", fmt::format("127.0.0.1:{}", p0), "--peer", fmt::format("127.0.0.1:{}", p1)};
+    AgentProcess a0("tcp", peers, p0), a1("tcp", peers, p1);
+    ClientOptions o;
+    o.transport = Transport::tcp;
+    o.loopback_only = true;
+    auto client = Client::create(o);
+    REQUIRE(client);
+    auto t0 = client->connect(a0.address());
+    auto t1 = client->connect(a1.address());
+    REQUIRE(t0);
+    REQUIRE(t1);
+    ShipOptions options;
+    options.forward = true;
+    options.hop_budget = 3;
+    auto r = client->ship(xrdma_test_kernels::ping_pong, *t0, options, std::uint64_t{0}).get();
+    INFO(a0.log() << a1.log());
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::hop_budget_exceeded);
+    auto c1 = counters(*client, *t1);
+    CHECK(c1["runs"] >= 1); // the forwards reached the other agent
+    // Without a reply-to the answer could not come back: refused, not lost.
+    auto lost = client->ship(xrdma_test_kernels::ping_pong, *t0, std::uint64_t{0}).get();
+    REQUIRE_FALSE(lost);
+    CHECK(lost.error().code == Errc::invalid_argument);
+    CHECK_THAT(lost.error().message, Catch::Contains("reply-to"));
 }
 
 TEST_CASE("a missing region or an address outside every region is a clear error", "[integration]") {
