@@ -174,20 +174,18 @@ public:
 
     /// Runs `kernel` on `target` with `args` laid out as a C struct of those members.
     template <class... Args> Future ship(const Kernel& kernel, const Target& target, const Args&... args) {
-        static_assert((std::is_trivially_copyable_v<Args> && ...), "kernel arguments must be trivially copyable");
-        Bytes packed;
-        (append_arg(packed, args), ...);
-        if constexpr (sizeof...(Args) > 0) {
-            // ... and the struct's tail padding, so the kernel sees sizeof(struct).
-            constexpr std::size_t align = std::max({alignof(Args)...});
-            packed.resize((packed.size() + align - 1) / align * align);
-        }
-        return ship_bytes(kernel, target, std::move(packed));
+        return ship_bytes(kernel, target, pack_args(args...));
     }
 
     /// ship() with options: a peer table to forward through, a hop budget.
     template <class... Args>
     Future ship(const Kernel& kernel, const Target& target, const ShipOptions& options, const Args&... args) {
+        return ship_bytes(kernel, target, pack_args(args...), options);
+    }
+
+    /// `args` laid out as a C struct of those members, tail padding included, so the kernel
+    /// sees exactly sizeof(struct).
+    template <class... Args> static Bytes pack_args(const Args&... args) {
         static_assert((std::is_trivially_copyable_v<Args> && ...), "kernel arguments must be trivially copyable");
         Bytes packed;
         (append_arg(packed, args), ...);
@@ -195,9 +193,8 @@ public:
             constexpr std::size_t align = std::max({alignof(Args)...});
             packed.resize((packed.size() + align - 1) / align * align);
         }
-        return ship_bytes(kernel, target, std::move(packed), options);
+        return packed;
     }
-
     /// Runs `kernel` on `target` with raw argument bytes.
     Future ship_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options = {});
 

@@ -21,22 +21,14 @@ TEST_CASE("a connect to a malformed address fails with invalid_argument, no netw
     }
 }
 
-TEST_CASE("the C struct layout rule matches the compiler's", "[unit]") {
-    // Mirror of Client::append_arg plus tail padding.
-    std::vector<std::byte> out;
-    auto put = [&](auto v) {
-        auto at = (out.size() + alignof(decltype(v)) - 1) / alignof(decltype(v)) * alignof(decltype(v));
-        out.resize(at + sizeof v);
-        std::memcpy(out.data() + at, &v, sizeof v);
-    };
-    put(std::uint8_t{1});
-    put(std::uint64_t{2});
-    put(std::uint32_t{3});
-    out.resize((out.size() + 7) / 8 * 8);
-    REQUIRE(out.size() == sizeof(Mixed));
+TEST_CASE("arguments are packed exactly as the C struct of them", "[unit]") {
+    auto packed = bitship::Client::pack_args(std::uint8_t{1}, std::uint64_t{2}, std::uint32_t{3});
+    REQUIRE(packed.size() == sizeof(Mixed)); // tail padding included
     Mixed m;
-    std::memcpy(&m, out.data(), sizeof m);
+    std::memcpy(&m, packed.data(), sizeof m);
     CHECK(m.a == 1);
     CHECK(m.b == 2);
     CHECK(m.c == 3);
+    CHECK(bitship::Client::pack_args().empty());
+    CHECK(bitship::Client::pack_args(3.0, 4.0).size() == 16);
 }
