@@ -3,6 +3,9 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# Exported as bitship::core and bitship::bundle, the same names the build tree's aliases use.
+set_target_properties(bitship_core PROPERTIES EXPORT_NAME core)
+set_target_properties(bitship_bundle PROPERTIES EXPORT_NAME bundle)
 install(TARGETS bitship_bundle bitship_core bitship-bundle xagent EXPORT bitshipTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -12,7 +15,8 @@ install(EXPORT bitshipTargets NAMESPACE bitship:: DESTINATION ${CMAKE_INSTALL_LI
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/bitshipConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/bitshipConfig.cmake
-  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/bitship)
+  INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/bitship
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR)
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/bitshipConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/bitshipConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/bitshipConfigVersion.cmake
