@@ -476,6 +476,15 @@ struct Agent::Impl {
         forwarded_code.erase(id);
     }
 
+    // Tells the caller of a forwarded call that it failed (the forward never ran, or may not have).
+    void tell_caller(const Forwarded& fw, Errc code, const std::string& message) {
+        auto m = wire::decode(fw.message.header, fw.message.payload);
+        if (!m) return;
+        const auto& run = std::get<wire::Run>(m->body);
+        counters.errors.fetch_add(1, std::memory_order_relaxed);
+        if (auto* ep = reply_ep(run.reply_to)) engine->send(ep, wire::encode_error(run.origin, code, message));
+    }
+
     void send_forward(Link& link, std::uint64_t id, bool with_code = false) {
         auto it = forwarded.find(id);
         if (it == forwarded.end()) return;
@@ -541,10 +550,7 @@ struct Agent::Impl {
             auto it = forwarded.find(in.header.request_id);
             if (it == forwarded.end()) return;
             const auto& e = std::get<wire::ErrorMsg>(msg->body);
-            auto m = wire::decode(it->second.message.header, it->second.message.payload);
-            const auto& run = std::get<wire::Run>(m->body);
-            if (auto* ep = reply_ep(run.reply_to))
-                engine->send(ep, wire::encode_error(run.origin, e.code, fmt::format("agent {}: {}", address, e.message)));
+            tell_caller(it->second, e.code, fmt::format("agent {}: {}", address, e.message));
             forget(in.header.request_id);
             return;
         }
@@ -553,17 +559,16 @@ struct Agent::Impl {
     }
 
     void fail_link(Link& link, const Error& why) {
-        // Forwards not yet sent: their callers are told. Sent ones are the peer's to answer;
-        // if it died, the caller's deadline covers them.
-        for (auto id : link.queued) {
-            auto it = forwarded.find(id);
-            if (it == forwarded.end()) continue;
-            auto m = wire::decode(it->second.message.header, it->second.message.payload);
-            const auto& run = std::get<wire::Run>(m->body);
-            if (auto* ep = reply_ep(run.reply_to))
-                engine->send(ep, wire::encode_error(run.origin, Errc::disconnected,
-                                                    fmt::format("agent {}: forwarding to peer {} failed: {}", address(),
-                                                                link.address, why.message)));
+        // Every forward over this link that is still remembered may now never be answered: its
+        // caller is told at once instead of waiting for its deadline. One that the peer did
+        // answer before dying gets a second, late answer, which its client drops.
+        std::vector<std::uint64_t> gone;
+        for (const auto& [id, fw] : forwarded)
+            if (fw.link == link.address) gone.push_back(id);
+        for (auto id : gone) {
+            tell_caller(forwarded.at(id), Errc::disconnected,
+                        fmt::format("agent {}: peer {} went away with this call forwarded to it: {}", address(), link.address,
+                                    why.message));
             forget(id);
         }
         link.queued.clear();

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <csignal>
 #include <map>
 #include <random>
 #include <memory>
@@ -117,6 +118,37 @@ TEST_CASE("a chase across 4 agents answers once, from the last agent, to the cal
     }
     CHECK(forwards > 100); // random sharding: about 3/4 of 200 hops cross agents
     CHECK(cluster.client.stats().bundles_sent == 1); // the agents passed the code on themselves
+}
+
+TEST_CASE("a kernel hands the call to another kernel of its bundle on a peer (bs_ship)", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    auto cluster = start_cluster(transport, 2);
+    ShipOptions options;
+    options.peers = cluster.targets;
+    auto r = cluster.client.ship(xrdma_test_kernels::hand_over, cluster.targets[0], options).get();
+    REQUIRE(r);
+    REQUIRE(r->size() == 16);
+    std::uint64_t out[2];
+    std::memcpy(out, r->data(), sizeof out);
+    CHECK(out[0] == 1); // ran on peer 1 ...
+    CHECK(out[1] == 0); // ... handed over by peer 0
+    CHECK(counters(cluster.client, cluster.targets[1])["results"] == 1);
+    CHECK(counters(cluster.client, cluster.targets[0])["results"] == 0);
+}
+
+TEST_CASE("a peer that dies with a forwarded call fails the caller's future at once", "[integration]") {
+    auto cluster = start_cluster("tcp", 2, {"--region", "chase=1M", "--kernel-timeout-ms", "0"});
+    ShipOptions options;
+    options.peers = cluster.targets;
+    auto f = cluster.client.ship(xrdma_test_kernels::forward_then_spin, cluster.targets[0], options);
+    std::this_thread::sleep_for(300ms); // forwarded, spinning on peer 1
+    CHECK_FALSE(f.ready());
+    cluster.agents[1]->stop(SIGKILL);
+    REQUIRE(f.wait_for(10s)); // well before the 30 s call deadline
+    auto r = f.get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::disconnected);
+    CHECK_THAT(r.error().message, Catch::Contains("went away"));
 }
 
 TEST_CASE("a forwarding loop stops at the hop budget with a clear error", "[integration]") {

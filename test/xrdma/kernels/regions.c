@@ -27,3 +27,34 @@ BS_KERNEL(ping_pong) {
     if (len == sizeof hops) hops = *in + 1;
     bs_forward(ctx, (uint32_t)((self + 1) % peers), &hops, sizeof hops);
 }
+
+/* Hands the call to kernel `answer_here` on the next peer. */
+BS_KERNEL(hand_over) {
+    uint32_t peers = 0;
+    int self = bs_self(ctx, &peers);
+    uint64_t from = (uint64_t)self;
+    if (bs_ship(ctx, (uint32_t)((self + 1) % peers), "answer_here", &from, sizeof from) != BS_OK)
+        bs_fail(ctx, 1, "bs_ship refused");
+}
+
+/* Answers which peer it ran on and which peer handed it over. */
+BS_KERNEL(answer_here) {
+    size_t len;
+    const uint64_t* from = (const uint64_t*)bs_args(ctx, &len);
+    uint32_t peers = 0;
+    uint64_t out[2] = {(uint64_t)bs_self(ctx, &peers), len == 8 ? *from : 99};
+    bs_reply(ctx, out, sizeof out);
+}
+
+/* Peer 0 forwards to peer 1, which never returns: for losing the peer mid-call. */
+BS_KERNEL(forward_then_spin) {
+    uint32_t peers = 0;
+    int self = bs_self(ctx, &peers);
+    if (self == 0) {
+        uint64_t zero = 0;
+        bs_forward(ctx, 1, &zero, sizeof zero);
+        return;
+    }
+    volatile uint64_t x = 0;
+    for (;;) x = x + 1;
+}
