@@ -34,7 +34,9 @@
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
 #include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
+#include <llvm/Bitcode/BitcodeWriter.h>
 #include <llvm/IR/DebugInfo.h>
+#include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
@@ -353,6 +355,46 @@ Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const C
 /// Builds the LLJIT and the runtime dylib: detectHost, PIC (JITLink places code anywhere in the
 /// address space), JITLink with in-process memory, no platform, no process symbols, and our
 /// timed, thread-safe compiler.
+Result<void> Engine::warm_up() {
+    // A loop summing 0..n-1 over its argument: enough for the passes and the code generator to
+    // do real work. It references nothing, so it links whatever the allow-list holds.
+    llvm::LLVMContext context;
+    llvm::Module module("bitship.warm_up", context);
+    module.setTargetTriple(host().triple);
+    auto* i64 = llvm::Type::getInt64Ty(context);
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(i64, {i64}, false), llvm::Function::ExternalLinkage,
+                                      "bitship_warm_up", module);
+    auto* entry = llvm::BasicBlock::Create(context, "entry", fn);
+    auto* loop = llvm::BasicBlock::Create(context, "loop", fn);
+    auto* done = llvm::BasicBlock::Create(context, "done", fn);
+    llvm::IRBuilder<> b(entry);
+    b.CreateBr(loop);
+    b.SetInsertPoint(loop);
+    auto* i = b.CreatePHI(i64, 2);
+    auto* sum = b.CreatePHI(i64, 2);
+    auto* next_sum = b.CreateAdd(sum, i);
+    auto* next_i = b.CreateAdd(i, llvm::ConstantInt::get(i64, 1));
+    b.CreateCondBr(b.CreateICmpULT(next_i, fn->getArg(0)), loop, done);
+    i->addIncoming(llvm::ConstantInt::get(i64, 0), entry);
+    i->addIncoming(next_i, loop);
+    sum->addIncoming(llvm::ConstantInt::get(i64, 0), entry);
+    sum->addIncoming(next_sum, loop);
+    b.SetInsertPoint(done);
+    b.CreateRet(next_sum);
+
+    llvm::SmallVector<char, 0> buffer;
+    llvm::raw_svector_ostream out(buffer);
+    llvm::WriteBitcodeToFile(module, out);
+    auto bytes = std::as_bytes(std::span(buffer.data(), buffer.size()));
+    std::vector<std::string> entries{"bitship_warm_up"};
+    SliceInput slice{host().triple, host().cpu, "bitship warm-up", host().llvm, bytes};
+    auto bundle = write_bundle(entries, std::span(&slice, 1));
+    auto parts = compile(bundle, hash_code(bytes));
+    if (!parts) return tl::make_unexpected(parts.error());
+    unload(*parts->dylib);
+    return {};
+}
+
 Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, unsigned opt_level) {
     auto state = std::make_unique<State>();
     State& engine = *state;

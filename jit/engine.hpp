@@ -49,6 +49,11 @@ public:
     /// the slice stays loaded.
     Result<CompiledParts> compile(std::span<const std::byte> bundle, const CodeHash& expected);
 
+    /// Compiles and unloads a small module made here, through the same path as compile(), so
+    /// LLVM's one-time set-up (target, pass pipeline, code generator) is paid now, not by the
+    /// first call that ships code.
+    Result<void> warm_up();
+
     /// Frees the code in `dylib` (from a CompiledParts). Thread-safe.
     void unload(llvm::orc::JITDylib& dylib) noexcept;
 

@@ -125,6 +125,8 @@ private:
         }
     }
 
+    Result<void> warm_up() override { return engine_->warm_up(); }
+
     std::shared_ptr<Engine> engine_; // declared before cache_: cached code unloads through it
     std::unique_ptr<CodeCache> cache_;
     std::mutex in_flight_mutex_;

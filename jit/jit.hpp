@@ -93,6 +93,10 @@ public:
 
     /// Compiles `hash` from the disk cache (stats().from_disk is set), or code_missing.
     virtual Result<std::shared_ptr<const CompiledCode>> load(const CodeHash& hash) = 0;
+
+    /// Pays LLVM's one-time set-up now (a throwaway compile) so the first shipped kernel does
+    /// not. Takes a few milliseconds; an agent calls it once at start.
+    virtual Result<void> warm_up() = 0;
 };
 
 } // namespace bitship::jit

@@ -462,3 +462,13 @@ TEST_CASE("no JIT page is ever writable and executable", "[unit]") {
         CHECK_FALSE((perms[1] == 'w' && perms[2] == 'x'));
     }
 }
+
+TEST_CASE("warm-up compiles through the real path and leaves the JIT working", "[unit]") {
+    auto j = make_jit();
+    REQUIRE(j->warm_up());
+    REQUIRE(j->warm_up()); // twice: nothing of the first stays in the way
+    auto bundle = kernel_bundle("add", {"add"});
+    auto code = j->compile(bundle.bytes, bundle.hash);
+    REQUIRE(code);
+    CHECK(run_add(**code, 40, 2) == 42);
+}
