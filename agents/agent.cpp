@@ -107,7 +107,7 @@ struct Agent::Impl {
     std::atomic<bool> stopped{false};
     std::map<std::string, bs_entry_fn, std::less<>> natives;
 
-    // Progress thread only.
+    // Touched only by whoever progresses (engine thread or leading worker), one at a time.
     std::unordered_map<ucp_ep_h, std::uint64_t> connections;
     std::uint64_t next_conn = 1;
     std::uint64_t next_forward_id = 1;
@@ -116,13 +116,14 @@ struct Agent::Impl {
     std::map<std::string, Link> links;
     std::unordered_map<ucp_ep_h, std::string> link_by_ep;
     std::unordered_map<std::uint64_t, Forwarded> forwarded;
+    std::unordered_map<std::uint64_t, std::shared_ptr<const jit::CompiledCode>> forwarded_code;
     std::deque<std::uint64_t> forwarded_order;
     std::map<std::vector<std::byte>, ucp_ep_h> reply_eps; ///< caller worker address → ep
     std::unordered_map<ucp_ep_h, std::vector<std::byte>> reply_ep_address;
 
     std::string address() const { return fmt::format("{}:{}", config.host, port); }
 
-    // --- progress thread: answering -------------------------------------------------------
+    // --- answering (whoever progresses) ---------------------------------------------------
 
     void reply(ucp_ep_h ep, std::uint64_t conn, wire::Encoded&& m) {
         auto it = connections.find(ep);
@@ -176,7 +177,7 @@ struct Agent::Impl {
         return it == connections.end() ? 0 : it->second;
     }
 
-    // --- progress thread: events ----------------------------------------------------------
+    // --- events (whoever progresses) ------------------------------------------------------
 
     void on_conn_request(ucp_conn_request_h request) {
         auto ep = engine->accept(request);
@@ -309,7 +310,7 @@ struct Agent::Impl {
         }
         auto hash = r->run.hash;
         compiling[hash].push_back(r);
-        // Compiling takes milliseconds: a worker does it, never the progress thread.
+        // Compiling takes milliseconds: it runs as a job, never while progressing UCX.
         bool queued = pool->submit([this, r, has_code] {
             auto code = has_code ? jit->compile(r->run.code, r->run.hash) : jit->load(r->run.hash);
             engine->post([this, hash = r->run.hash, code = std::move(code)]() mutable { on_compiled(hash, std::move(code)); });
@@ -351,7 +352,7 @@ struct Agent::Impl {
     }
 
     const Region* create_region_from_worker(const char* name, std::size_t size) {
-        // Registration belongs to the progress thread: ask it and wait (it never waits on us).
+        // Registration belongs to whoever progresses: ask and wait (it never waits on a kernel).
         auto done = std::make_shared<std::promise<const Region*>>();
         auto result = done->get_future();
         engine->post([this, done, name = std::string(name), size] {
@@ -409,7 +410,7 @@ struct Agent::Impl {
         answer(*r, wire::encode_result(0, std::move(ctx.reply)));
     }
 
-    // --- progress thread: forwarding ------------------------------------------------------
+    // --- forwarding (whoever progresses) --------------------------------------------------
 
     void forward(const RunRequest& r, const std::shared_ptr<const jit::CompiledCode>& code, ForwardRequest f) {
         wire::Run next;
@@ -457,7 +458,6 @@ struct Agent::Impl {
     }
 
     // Keeps a forwarded RUN (and the code it may need) for NEED_CODE; drops old ones.
-    std::unordered_map<std::uint64_t, std::shared_ptr<const jit::CompiledCode>> forwarded_code;
     void remember(std::uint64_t id, Forwarded fw, const std::shared_ptr<const jit::CompiledCode>& code) {
         auto now = Clock::now();
         while (!forwarded_order.empty()) {

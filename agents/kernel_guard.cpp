@@ -5,7 +5,6 @@
 #include <csetjmp>
 #include <csignal>
 #include <cstring>
-#include <memory>
 #include <mutex>
 #include <vector>
 

@@ -83,7 +83,6 @@ void WorkerPool::run() {
         }
         std::unique_lock lock(mutex_);
         ++sleepers_;
-        // A follower also wakes when leadership is free again (the leader went to run a job).
         cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
         --sleepers_;
     }

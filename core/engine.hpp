@@ -1,7 +1,9 @@
 #pragma once
-// The UCX progress engine shared by clients and agents: one context, one worker, one thread
-// that progresses it. Other threads hand work to that thread with post(); UCX callbacks only
-// check, enqueue and return, and what they queued is handled after ucp_worker_progress returns.
+// The UCX progress engine shared by clients and agents: one context, one worker, and one
+// thread at a time progressing it: the engine's own thread, or a guest that took over with
+// lead_until() (an agent's idle worker). Other threads hand work over with post(); UCX
+// callbacks only check, enqueue and return, and what they queued is handled after
+// ucp_worker_progress returns, by whoever progresses.
 //
 //   auto engine = Engine::create(options, hooks);   // context + worker, no thread yet
 //   engine->start();                                 // the progress thread
@@ -95,7 +97,7 @@ public:
     /// Wakes whichever thread is progressing, if it sleeps. Any thread.
     void wake() noexcept { ucp_worker_signal(worker_.get()); }
 
-    // --- progress thread only -------------------------------------------------------------
+    // --- whoever progresses only (the engine's thread, or a guest in lead_until) -----------
 
     /// Starts connecting to `host:port`; failures arrive later through on_ep_error.
     Result<ucp_ep_h> connect(const std::string& host, std::uint16_t port);
