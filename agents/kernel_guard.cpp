@@ -110,7 +110,9 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
     s.started_ns.store(budget.count() > 0 ? now_ns() : 0, std::memory_order_release);
 
     std::optional<Error> outcome;
-    if (sigsetjmp(s.jump, 1) == 0) {
+    // No signal mask saved (a system call per call): the handler runs with SA_NODEFER and an
+    // empty sa_mask, so jumping out of it leaves no signal blocked.
+    if (sigsetjmp(s.jump, 0) == 0) {
         s.active = 1;
         fn(ctx);
         s.active = 0;

@@ -74,6 +74,10 @@ public:
     static constexpr auto kTick = std::chrono::milliseconds(20);
     /// How soon the engine's thread takes progress back from a guest that left to run a job.
     static constexpr auto kTakeover = std::chrono::milliseconds(5);
+    /// How often a caller that cannot lead looks again whether it may.
+    static constexpr auto kHandoffCheck = std::chrono::milliseconds(1);
+    /// The engine's thread naps this long while it holds progress for a guest's long kernel.
+    static constexpr int kTakeoverNapMs = 1;
 
     static Result<std::unique_ptr<Engine>> create(const EngineOptions& options, EngineHooks hooks);
     ~Engine();
@@ -94,6 +98,26 @@ public:
     /// arriving while it leads runs on it without a thread hand-off. `done` must be cheap;
     /// wake() makes a sleeping leader check it.
     void lead_until(const std::function<bool()>& done);
+
+    using Clock = std::chrono::steady_clock;
+    enum class Lead { led, other_leader };
+    /// A caller waiting for its own result: leads progress until `done()` or `until`, unless
+    /// another guest already leads (then returns other_leader at once and the caller should
+    /// wait_for_handoff()). The engine's own thread hands over within one pass.
+    Lead try_lead_until(const std::function<bool()>& done, Clock::time_point until);
+    /// Runs `fn` holding the progress token (as a guest), unless another guest leads: then
+    /// returns false and the caller post()s instead. For a caller's own submit.
+    bool try_progress_once(const std::function<void()>& fn);
+    /// Sleeps until a leader completes something, leaves, or a short bound passes.
+    void wait_for_handoff(const std::function<bool()>& done, Clock::time_point until);
+    /// Wakes callers in wait_for_handoff (a completion they may be waiting for); costs one
+    /// atomic load when none sleeps. Any thread.
+    void notify_waiters();
+    /// Called by a leading guest from inside a hook: runs `fn` (a kernel) with the token
+    /// released; if it runs longer than kTakeover, the engine's thread progresses meanwhile.
+    void run_released(const std::function<void()>& fn);
+    /// Whether the calling thread holds the token as a leading guest (any thread).
+    [[nodiscard]] bool guest_leads() const noexcept { return guest_leading_.load(std::memory_order_relaxed); }
     /// Wakes whichever thread is progressing, if it sleeps. Any thread.
     void wake() noexcept { ucp_worker_signal(worker_.get()); }
 
@@ -156,7 +180,13 @@ private:
     void run();
     bool drain();
     bool iterate();
-    void sleep_until_event(bool yield_to_guests);
+    /// Sleeps on the event fd. With `release_token` (the engine's own thread) the token is let
+    /// go while asleep; returns whether it was taken back.
+    bool sleep_until_event(std::unique_lock<std::mutex>& token, bool release_token, int timeout_ms);
+    [[nodiscard]] int sleep_timeout_ms(bool engine_thread) const;
+    void lead_locked(std::unique_lock<std::mutex>& token, const std::function<bool()>& done, Clock::time_point until);
+    bool acquire_as_guest(std::unique_lock<std::mutex>& token);
+    void leader_left();
     void watch();
     ucp_ep_h make_ep(ucp_ep_params_t& params, Result<ucp_ep_h>& out);
 
@@ -191,6 +221,12 @@ private:
     std::mutex guest_mutex_;
     std::condition_variable guest_cv_;
     std::chrono::steady_clock::time_point last_event_{}, last_tick_{}, last_watch_{};
+    std::atomic<bool> guest_leading_{false}; ///< a guest holds the token and progresses
+    std::atomic<bool> guest_busy_{false};    ///< a guest let the token go to run a kernel
+    std::mutex handoff_mutex_;
+    std::condition_variable handoff_cv_;
+    std::uint64_t handoff_generation_ = 0;
+    std::atomic<int> handoff_sleepers_{0};
     std::atomic<bool> sleeping_{false};
     std::atomic<std::uint64_t> bytes_sent_{0};
 
