@@ -120,6 +120,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, Eng
     if (options.transport == Transport::tcp) tls = "tcp";
     // Shared memory carries the data; TCP is still needed for the sockaddr handshake.
     if (options.transport == Transport::shm) tls = "sm,self,tcp";
+    // Every endpoint asks for peer-failure handling, which UCX 1.13's shared-memory
+    // transports offer only when told to (through keepalive): without this, endpoints made
+    // through the listener silently fall back to TCP for everything. An operator's own
+    // setting wins. (UCT settings are read from the environment when interfaces open.)
+    if (options.transport != Transport::tcp) setenv("UCX_MM_ERROR_HANDLING", "y", 0);
     if (tls) {
         if (auto s = ucp_config_modify(config.get(), "TLS", tls); s != UCS_OK)
             return tl::make_unexpected(from_ucs(s, "setting UCX_TLS"));
