@@ -44,10 +44,21 @@ void Client::Impl::dispatch(Peer& p, const std::shared_ptr<CallState>& c) {
     }
 }
 
-Result<SliceChoice> Client::Impl::choose_slice(const CallState& c, const Peer& p) {
-    auto key = std::pair{static_cast<const void*>(c.bundle.data()), p.info->triple};
-    if (c.forced_slice) key.second = fmt::format("#{}", *c.forced_slice);
-    if (auto it = slices.find(key); it != slices.end()) return it->second;
+const Result<SliceChoice>& Client::Impl::choose_slice(const CallState& c, Peer& p) {
+    // A kernel handle's bundle is embedded, immutable storage: its address names it, and
+    // the peer's triple picks the slice, once. An explicit slice (ship_slice, tools) may come
+    // from a reused buffer, so it is named by its content.
+    Result<SliceChoice>* cached = nullptr;
+    if (c.forced_slice) {
+        auto key = std::pair{hash_code(c.bundle), *c.forced_slice};
+        auto [it, fresh] = forced_slices.try_emplace(key, fail(Errc::internal, "slice not chosen"));
+        if (!fresh) return it->second;
+        cached = &it->second;
+    } else {
+        auto [it, fresh] = p.slice_by_bundle.try_emplace(c.bundle.data(), fail(Errc::internal, "slice not chosen"));
+        if (!fresh) return it->second;
+        cached = &it->second;
+    }
     auto compute = [&]() -> Result<SliceChoice> {
         auto view = BundleView::parse(c.bundle);
         if (!view) return tl::make_unexpected(view.error());
@@ -69,7 +80,8 @@ Result<SliceChoice> Client::Impl::choose_slice(const CallState& c, const Peer& p
         s.code = std::make_shared<const Bytes>(extract_slice(*view, index));
         return s;
     };
-    return slices.emplace(key, compute()).first->second;
+    *cached = compute();
+    return *cached;
 }
 
 void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool with_code) {
@@ -78,7 +90,7 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
         send_run_message(p, c, {});
         return;
     }
-    auto choice = choose_slice(*c, p);
+    const auto& choice = choose_slice(*c, p);
     if (!choice) {
         c->complete(tl::make_unexpected(choice.error()));
         return;
@@ -89,7 +101,8 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
                                                       agent_name(p), p.info->max_args)));
         return;
     }
-    auto& known_here = known[p.address];
+    if (!p.known) p.known = &known[p.address];
+    auto& known_here = *p.known;
     with_code = with_code || !known_here.contains(c->hash);
     if (with_code && choice->code->size() + c->args.size() > p.info->max_message) {
         c->complete(fail(Errc::too_large, fmt::format("code ({} bytes) and arguments exceed {}'s message limit of {}",

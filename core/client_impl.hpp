@@ -103,6 +103,10 @@ struct Peer {
     Clock::time_point connect_deadline;
     std::vector<std::shared_ptr<CallState>> waiting; // calls queued until connected
     std::shared_ptr<CallState> connecting;           // connect()'s own call, if any
+    /// The slice this agent's triple takes from each embedded bundle, by the bundle's address.
+    std::unordered_map<const void*, Result<SliceChoice>> slice_by_bundle;
+    /// Hashes this address holds (Client::Impl::known's entry, made on first use).
+    std::set<CodeHash>* known = nullptr;
 };
 
 /// "host:port" (IPv6 in brackets) split and checked.
@@ -125,7 +129,7 @@ struct Client::Impl {
     // Hashes each agent address holds, kept across reconnects: a restarted agent that lost
     // them answers NEED_CODE and gets the code once.
     std::map<std::string, std::set<CodeHash>> known;
-    std::map<std::pair<const void*, std::string>, Result<SliceChoice>> slices;
+    std::map<std::pair<CodeHash, std::size_t>, Result<SliceChoice>> forced_slices;
     std::map<std::pair<std::uint64_t, std::string>, RemoteRegion> regions;
     std::map<std::pair<ucp_ep_h, const Bytes*>, ucp_rkey_h> rkeys;
 
@@ -153,7 +157,7 @@ struct Client::Impl {
     // client_dispatch.cpp
     void submit(const std::shared_ptr<CallState>& c);
     void dispatch(Peer& p, const std::shared_ptr<CallState>& c);
-    Result<SliceChoice> choose_slice(const CallState& c, const Peer& p);
+    const Result<SliceChoice>& choose_slice(const CallState& c, Peer& p);
     void send_run(Peer& p, const std::shared_ptr<CallState>& c, bool with_code);
     void send_run_message(Peer& p, const std::shared_ptr<CallState>& c, std::span<const std::byte> code);
 

@@ -566,9 +566,8 @@ bool Engine::sleep_until_event(std::unique_lock<std::mutex>& token, bool release
     return true;
 }
 
-void Engine::watch() {
+void Engine::watch(Clock::time_point now) {
     if (!hooks_.on_watch) return;
-    auto now = Clock::now();
     if (now - last_watch_ < kTakeover) return;
     last_watch_ = now;
     hooks_.on_watch();
@@ -578,7 +577,11 @@ void Engine::watch() {
 bool Engine::iterate() {
     bool did = ucp_worker_progress(worker_.get()) != 0;
     did = drain() || did;
+    // Reading the clock costs as much as an idle progress pass: idle passes read it every
+    // kClockEvery passes only (deadlines and spin windows are far coarser than that).
+    if (!did && ++idle_passes_ % kClockEvery != 0) return false;
     auto now = Clock::now();
+    now_ = now;
     if (now - last_tick_ >= kTick) {
         last_tick_ = now;
         if (hooks_.on_tick) hooks_.on_tick();
@@ -590,11 +593,11 @@ bool Engine::iterate() {
 void Engine::lead_locked(std::unique_lock<std::mutex>& token, const std::function<bool()>& done,
                          Clock::time_point until) {
     guest_leading_.store(true, std::memory_order_relaxed);
-    last_event_ = Clock::now();
+    last_event_ = now_ = Clock::now();
     while (!done() && !stopping_.load(std::memory_order_relaxed)) {
         if (iterate()) continue;
         if (done()) break;
-        auto now = Clock::now();
+        auto now = now_;
         if (now >= until) break;
         auto idle = now - last_event_;
         if (options_.mode == ProgressMode::block ||
@@ -708,15 +711,15 @@ void Engine::notify_waiters() {
 }
 
 void Engine::run() {
-    last_event_ = last_tick_ = Clock::now();
+    last_event_ = last_tick_ = now_ = Clock::now();
     while (!stopping_.load(std::memory_order_relaxed)) {
         if (guests_.load(std::memory_order_seq_cst) == 0) {
             std::unique_lock token(token_, std::try_to_lock);
             if (token.owns_lock()) {
                 while (!stopping_.load(std::memory_order_relaxed) && guests_.load(std::memory_order_seq_cst) == 0) {
-                    watch();
+                    watch(now_);
                     if (iterate()) continue;
-                    auto idle = Clock::now() - last_event_;
+                    auto idle = now_ - last_event_;
                     bool sleep = options_.mode == ProgressMode::block ||
                                  (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin);
                     // Lost the token while asleep: a guest leads now.
@@ -732,11 +735,11 @@ void Engine::run() {
             std::unique_lock lock(guest_mutex_);
             guest_cv_.wait_for(lock, kTakeover);
         }
-        watch();
+        watch(Clock::now());
         if (guest_busy_.load(std::memory_order_acquire)) {
             std::unique_lock token(token_, std::try_to_lock);
             while (token.owns_lock() && guest_busy_.load(std::memory_order_acquire) && !stopping_.load()) {
-                watch();
+                watch(Clock::now());
                 if (iterate()) continue;
                 // Short naps: the guest signals when its kernel returns and wants the token back.
                 if (Clock::now() - last_event_ >= options_.spin) sleep_until_event(token, false, kTakeoverNapMs);

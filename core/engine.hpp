@@ -187,7 +187,7 @@ private:
     void lead_locked(std::unique_lock<std::mutex>& token, const std::function<bool()>& done, Clock::time_point until);
     bool acquire_as_guest(std::unique_lock<std::mutex>& token);
     void leader_left();
-    void watch();
+    void watch(Clock::time_point now);
     ucp_ep_h make_ep(ucp_ep_params_t& params, Result<ucp_ep_h>& out);
 
     static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data, size_t length,
@@ -221,6 +221,10 @@ private:
     std::mutex guest_mutex_;
     std::condition_variable guest_cv_;
     std::chrono::steady_clock::time_point last_event_{}, last_tick_{}, last_watch_{};
+    /// The clock as iterate() last read it (at most kClockEvery idle passes old).
+    std::chrono::steady_clock::time_point now_{};
+    static constexpr unsigned kClockEvery = 16;
+    unsigned idle_passes_ = 0;
     std::atomic<bool> guest_leading_{false}; ///< a guest holds the token and progresses
     std::atomic<bool> guest_busy_{false};    ///< a guest let the token go to run a kernel
     std::mutex handoff_mutex_;
