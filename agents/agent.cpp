@@ -50,7 +50,12 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     auto engine = Engine::create(eo, std::move(hooks));
     if (!engine) return tl::make_unexpected(engine.error());
     impl->engine = std::move(*engine);
-    impl->regions = std::make_unique<RegionTable>(*impl->engine);
+    auto memory = config.region_memory;
+    if (memory == AgentConfig::RegionMemory::automatic)
+        memory = config.transport == Transport::tcp ? AgentConfig::RegionMemory::private_pages : AgentConfig::RegionMemory::shared;
+    impl->regions = std::make_unique<RegionTable>(*impl->engine, memory == AgentConfig::RegionMemory::shared
+                                                                     ? Engine::RegionMemory::shared
+                                                                     : Engine::RegionMemory::private_pages);
 
     // 2. Workers: an idle one leads progress unless the operator said no.
     unsigned workers = config.workers ? config.workers : impl->topology.cores;

@@ -92,6 +92,13 @@ struct SliceChoice {
     std::shared_ptr<const Bytes> code; // single-slice bundle sent to agents of this triple
 };
 
+/// An unpacked remote key, and where its region is mapped here when it is a same-host
+/// agent's shared memory (nullptr otherwise).
+struct MappedRkey {
+    ucp_rkey_h rkey = nullptr;
+    std::byte* local_base = nullptr;
+};
+
 struct Peer {
     std::uint64_t id = 0;
     std::string host;
@@ -131,7 +138,7 @@ struct Client::Impl {
     std::map<std::string, std::set<CodeHash>> known;
     std::map<std::pair<CodeHash, std::size_t>, Result<SliceChoice>> forced_slices;
     std::map<std::pair<std::uint64_t, std::string>, RemoteRegion> regions;
-    std::map<std::pair<ucp_ep_h, const Bytes*>, ucp_rkey_h> rkeys;
+    std::map<std::pair<ucp_ep_h, const Bytes*>, MappedRkey> rkeys;
 
     std::string agent_name(const Peer& p) const { return fmt::format("agent {}", p.address); }
 
@@ -162,7 +169,8 @@ struct Client::Impl {
     void send_run_message(Peer& p, const std::shared_ptr<CallState>& c, std::span<const std::byte> code);
 
     // client_rma.cpp
-    Result<ucp_rkey_h> rkey_for(Peer& p, const RemoteRegion& r);
+    Result<MappedRkey> rkey_for(Peer& p, const RemoteRegion& r);
+    Result<MappedRkey> checked_rkey(Peer& p, const RemoteRegion& region, std::uint64_t offset, std::size_t length);
     void drop_rkeys(ucp_ep_h ep);
     // One GET or PUT for call `c`; `after` runs on completion with the call still pending.
     void issue_rma(Peer& p, const std::shared_ptr<CallState>& c, const RemoteRegion& region, std::uint64_t offset,

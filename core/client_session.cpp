@@ -210,7 +210,7 @@ void Client::Impl::shutdown() {
     for (auto& [id, p] : peers) fail_peer(p, why);
     for (auto& [id, c] : pending) c->complete(tl::make_unexpected(why));
     pending.clear();
-    for (auto& [key, rkey] : rkeys) ucp_rkey_destroy(rkey);
+    for (auto& [key, rkey] : rkeys) ucp_rkey_destroy(rkey.rkey);
     rkeys.clear();
 }
 } // namespace bitship

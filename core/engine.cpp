@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -394,34 +395,89 @@ Result<ucp_ep_h> Engine::connect_to_worker(std::span<const std::byte> address) {
     return out;
 }
 
-Result<Engine::Mapped> Engine::map_memory(std::size_t size) {
-    // Our own anonymous mapping, 2 MiB aligned and marked for transparent huge pages: kernels
-    // walk regions at random, and with 4 KiB pages every hop of a chase is a TLB miss too.
+namespace {
+// What backs [base, base+length): huge pages or not, from the kernel's own accounting.
+std::string page_size_of(const void* base) {
+    std::FILE* f = std::fopen("/proc/self/smaps", "r");
+    if (!f) return "unknown page size";
+    char line[512];
+    bool inside = false;
+    std::uint64_t huge_kb = 0, kernel_page_kb = 0;
+    auto want = reinterpret_cast<std::uintptr_t>(base);
+    while (std::fgets(line, sizeof line, f)) {
+        unsigned long lo = 0, hi = 0;
+        if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
+            if (inside) break;
+            inside = want >= lo && want < hi;
+            continue;
+        }
+        if (!inside) continue;
+        unsigned long kb = 0;
+        if (std::sscanf(line, "AnonHugePages: %lu kB", &kb) == 1 || std::sscanf(line, "ShmemPmdMapped: %lu kB", &kb) == 1 ||
+            std::sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1)
+            huge_kb += kb;
+        if (std::sscanf(line, "KernelPageSize: %lu kB", &kb) == 1) kernel_page_kb = kb;
+    }
+    std::fclose(f);
+    if (kernel_page_kb >= 2048) return fmt::format("{} KiB pages (hugetlb)", kernel_page_kb);
+    if (huge_kb > 0) return fmt::format("2 MiB transparent huge pages ({} MiB of them)", huge_kb / 1024);
+    return "4 KiB pages";
+}
+} // namespace
+
+Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory) {
     constexpr std::size_t kHuge = 2u << 20;
     std::size_t length = (size + kHuge - 1) / kHuge * kHuge;
-    void* raw = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED) return fail(Errc::too_large, fmt::format("cannot map {} bytes: {}", size, std::strerror(errno)));
-    auto addr = reinterpret_cast<std::uintptr_t>(raw);
-    auto aligned = (addr + kHuge - 1) / kHuge * kHuge;
-    // Trim the unaligned head and tail so munmap(base, length) releases exactly what is left.
-    if (aligned > addr) munmap(raw, aligned - addr);
-    if (auto tail = addr + length + kHuge - (aligned + length); tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
-    void* base = reinterpret_cast<void*>(aligned);
-    madvise(base, length, MADV_HUGEPAGE); // a hint: without THP the region still works
-    std::memset(base, 0, length);         // touched now, not during the first timed walk
-
     Mapped m;
-    ucp_mem_map_params_t params{};
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    params.address = base;
-    params.length = length;
-    if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK) {
-        munmap(base, length);
-        return tl::make_unexpected(from_ucs(s, fmt::format("registering {} bytes", size)));
+    if (memory == RegionMemory::shared) {
+        // UCX allocates it from a shared-memory domain (sysv/posix), so a peer on this host can
+        // map it (ucp_rkey_ptr) and read it by plain loads. Huge pages only where the kernel
+        // gives them to shared memory (transparent_hugepage/shmem_enabled).
+        ucp_mem_map_params_t params{};
+        params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        params.address = nullptr;
+        params.length = length;
+        params.flags = UCP_MEM_MAP_ALLOCATE;
+        if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK)
+            return tl::make_unexpected(from_ucs(s, fmt::format("allocating {} bytes of shared memory", size)));
+        ucp_mem_attr_t attr{};
+        attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+        if (auto s = ucp_mem_query(m.memh, &attr); s != UCS_OK) {
+            ucp_mem_unmap(context_.get(), m.memh);
+            return tl::make_unexpected(from_ucs(s, "ucp_mem_query"));
+        }
+        m.base = attr.address;
+        m.mapped_length = attr.length;
+        m.ucx_allocated = true;
+        madvise(m.base, m.mapped_length, MADV_HUGEPAGE); // a hint
+        std::memset(m.base, 0, m.mapped_length);           // touched now, not during the first timed walk
+    } else {
+        // Our own anonymous mapping, 2 MiB aligned and marked for transparent huge pages:
+        // kernels walk regions at random, and with 4 KiB pages every hop of a chase is a TLB
+        // miss too.
+        void* raw = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (raw == MAP_FAILED) return fail(Errc::too_large, fmt::format("cannot map {} bytes: {}", size, std::strerror(errno)));
+        auto addr = reinterpret_cast<std::uintptr_t>(raw);
+        auto aligned = (addr + kHuge - 1) / kHuge * kHuge;
+        // Trim the unaligned head and tail so munmap(base, length) releases exactly what is left.
+        if (aligned > addr) munmap(raw, aligned - addr);
+        if (auto tail = addr + length + kHuge - (aligned + length); tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
+        void* base = reinterpret_cast<void*>(aligned);
+        madvise(base, length, MADV_HUGEPAGE); // a hint: without THP the region still works
+        std::memset(base, 0, length);
+        ucp_mem_map_params_t params{};
+        params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+        params.address = base;
+        params.length = length;
+        if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK) {
+            munmap(base, length);
+            return tl::make_unexpected(from_ucs(s, fmt::format("registering {} bytes", size)));
+        }
+        m.base = base;
+        m.mapped_length = length;
     }
-    m.base = base;
     m.size = size;
-    m.mapped_length = length;
+    m.pages = page_size_of(m.base);
     void* packed = nullptr;
     std::size_t packed_size = 0;
     if (auto s = ucp_rkey_pack(context_.get(), m.memh, &packed, &packed_size); s != UCS_OK) {
@@ -435,9 +491,14 @@ Result<Engine::Mapped> Engine::map_memory(std::size_t size) {
 }
 
 void Engine::unmap_memory(Mapped& m) {
-    if (m.memh) ucp_mem_unmap(context_.get(), m.memh);
-    if (m.base) munmap(m.base, m.mapped_length);
+    if (m.memh) ucp_mem_unmap(context_.get(), m.memh); // frees it too when UCX allocated it
+    if (m.base && !m.ucx_allocated) munmap(m.base, m.mapped_length);
     m = Mapped{};
+}
+
+void* Engine::rkey_ptr(ucp_rkey_h rkey, std::uint64_t remote) const noexcept {
+    void* local = nullptr;
+    return ucp_rkey_ptr(rkey, remote, &local) == UCS_OK ? local : nullptr;
 }
 
 Result<ucp_rkey_h> Engine::unpack_rkey(ucp_ep_h ep, std::span<const std::byte> packed) {

@@ -136,18 +136,26 @@ public:
     /// Connects to a worker by its UCX address (a reply-to); failures arrive via on_ep_error.
     Result<ucp_ep_h> connect_to_worker(std::span<const std::byte> address);
 
-    /// Registered memory: allocated here (2 MiB aligned, huge pages where the kernel gives
-    /// them, zeroed and touched) and registered for RDMA.
+    /// Registered memory, zeroed and touched, registered for RDMA.
     struct Mapped {
         void* base = nullptr;
         std::size_t size = 0;
         std::size_t mapped_length = 0; ///< size rounded up to whole huge pages
         ucp_mem_h memh = nullptr;
         std::vector<std::byte> packed_rkey;
+        bool ucx_allocated = false; ///< shared memory UCX allocated (freed by ucp_mem_unmap)
+        std::string pages;          ///< what backs it, as the kernel reports ("4 KiB pages", ...)
     };
-    Result<Mapped> map_memory(std::size_t size);
+    /// private: our own anonymous mapping, 2 MiB aligned, transparent huge pages. shared:
+    /// allocated by UCX from a shared-memory domain, so same-host peers can map it and read it
+    /// by direct loads (falls back to private-like memory when no such domain is enabled).
+    enum class RegionMemory { private_pages, shared };
+    Result<Mapped> map_memory(std::size_t size, RegionMemory memory = RegionMemory::private_pages);
     void unmap_memory(Mapped& m);
 
+    /// The local address at which remote address `remote` of `rkey` can be read by plain loads
+    /// (a same-host peer's shared memory, mapped here), or nullptr when it cannot.
+    [[nodiscard]] void* rkey_ptr(ucp_rkey_h rkey, std::uint64_t remote) const noexcept;
     /// Unpacks a remote key for `ep`; the caller destroys it with ucp_rkey_destroy.
     Result<ucp_rkey_h> unpack_rkey(ucp_ep_h ep, std::span<const std::byte> packed);
     /// One-sided GET/PUT of `length` bytes at `remote`; `done` runs on the progress thread.
