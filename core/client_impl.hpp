@@ -144,6 +144,8 @@ struct Client::Impl {
 
     /// Any thread: a new call's state, with its deadline.
     std::shared_ptr<CallState> new_call(std::uint64_t peer, Kind kind);
+    /// Any thread: a RUN call for `kernel`, not yet submitted (completed already when invalid).
+    std::shared_ptr<CallState> prepare_run(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options);
     /// Any thread: submits `c` on the calling thread when it can take the progress token at
     /// once (no thread hand-off), else hands it to whoever progresses.
     void submit_from_caller(const std::shared_ptr<CallState>& c);

@@ -107,6 +107,7 @@ struct GetStep {
 /// error (the agent's message, a timeout, a disconnect). Never hangs past the call's deadline.
 class Future {
 public:
+    friend class Batch;
     Future() = default;
     /// Whether the result is in.
     [[nodiscard]] bool ready() const noexcept;
@@ -163,6 +164,8 @@ struct ClientStats {
 /// such thread at a time leads; the others are handed their results), so a call costs send,
 /// poll, receive on the calling thread. A background thread progresses for calls nobody waits
 /// on and enforces deadlines; it sleeps when idle.
+class Batch;
+
 class Client {
 public:
     static Result<Client> create(const ClientOptions& options = {});
@@ -231,6 +234,9 @@ public:
 
     [[nodiscard]] ClientStats stats() const;
 
+    /// A batch of calls to send together (see Batch).
+    [[nodiscard]] Batch batch();
+
     struct Impl;
 
 private:
@@ -242,6 +248,35 @@ private:
         std::memcpy(out.data() + at, &v, sizeof(T));
     }
     std::unique_ptr<Impl> impl_;
+};
+
+/// Many calls in flight at once. add() prepares calls without sending anything; submit()
+/// sends them all while holding the progress token once, and returns their futures in order.
+/// Waiting on the first future leads progress, which completes the others as their results
+/// arrive. Not thread-safe itself (one Batch per thread); valid while its Client lives.
+///
+/// @code
+///   auto batch = client.batch();
+///   for (std::uint64_t i = 0; i < 64; ++i) batch.add(kernels::inc, agent, i);
+///   for (auto& f : batch.submit()) total += f.get_as<std::uint64_t>().value();
+/// @endcode
+class Batch {
+public:
+    /// Prepares a call of `kernel` on `target` with `args` laid out as a C struct.
+    template <class... Args> void add(const Kernel& kernel, const Target& target, const Args&... args) {
+        add_bytes(kernel, target, Client::pack_args(args...));
+    }
+    /// Prepares a call with raw argument bytes.
+    void add_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options = {});
+    /// Sends every prepared call; the batch is empty afterwards.
+    std::vector<Future> submit();
+    [[nodiscard]] std::size_t size() const noexcept { return calls_.size(); }
+
+private:
+    friend class Client;
+    explicit Batch(Client::Impl* impl) : impl_(impl) {}
+    Client::Impl* impl_;
+    std::vector<std::shared_ptr<detail::CallState>> calls_;
 };
 
 } // namespace bitship
