@@ -217,6 +217,8 @@ ClientStats Client::stats() const {
     s.need_code_received = impl_->need_code_received.load();
     s.reconnects = impl_->reconnects.load();
     s.stray_replies = impl_->stray_replies.load();
+    s.completed_by_waiter = impl_->progress->completed_by_waiter.load();
+    s.completed_by_background = impl_->progress->completed_by_background.load();
     return s;
 }
 

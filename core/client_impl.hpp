@@ -33,7 +33,11 @@ namespace detail {
 struct ProgressHandle {
     std::shared_mutex mutex;
     Engine* engine = nullptr;
+    std::atomic<std::uint64_t> completed_by_waiter{0}, completed_by_background{0};
 };
+
+/// Set while this thread leads progress inside Future::wait_for.
+inline thread_local bool t_waiter_leads = false;
 
 /// One call's state, shared by the caller's Future and the client's pending table until the
 /// call completes. complete() is called once, by whoever progresses (or by the caller before
@@ -77,6 +81,9 @@ struct CallState {
             result = std::move(r);
             done.store(true, std::memory_order_seq_cst);
         }
+        if (progress)
+            (t_waiter_leads ? progress->completed_by_waiter : progress->completed_by_background)
+                .fetch_add(1, std::memory_order_relaxed);
         // A caller that could not lead sleeps until a leader completes something: this.
         if (engine) engine->notify_waiters();
     }

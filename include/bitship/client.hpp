@@ -157,6 +157,10 @@ struct ClientStats {
     std::uint64_t need_code_received = 0; ///< times an agent asked for code
     std::uint64_t reconnects = 0;
     std::uint64_t stray_replies = 0;      ///< answers for calls already answered (should be 0)
+    /// Calls completed by a thread that was leading progress while it waited on a Future
+    /// (caller-driven progress), and by the background progress thread.
+    std::uint64_t completed_by_waiter = 0;
+    std::uint64_t completed_by_background = 0;
 };
 
 /// Ships kernels to agents. Thread-safe: any number of threads may connect and ship through
