@@ -8,6 +8,8 @@
 #include <thread>
 #include <unordered_map>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -31,7 +33,7 @@ struct CallState {
     std::chrono::microseconds wait_spin{0};
 
     // Progress-thread bookkeeping.
-    enum class Kind { run, ping, stats, connect, region, get, put, chain };
+    enum class Kind { run, ping, stats, connect, region, get, put, chain, control };
     std::uint64_t id = 0;
     std::uint64_t peer = 0;
     Kind kind = Kind::run;
@@ -177,7 +179,7 @@ struct Client::Impl {
         }
         p.ep = *ep;
         peer_by_ep[p.ep] = p.id;
-        engine->send(p.ep, wire::encode_hello("bitship-client"));
+        engine->send(p.ep, wire::encode_hello(fmt::format("bitship-client pid {}", getpid()))); // its identity in xctl stats
     }
 
     void fail_peer(Peer& p, const Error& why) {
@@ -297,6 +299,14 @@ struct Client::Impl {
             engine->send(p.ep, wire::encode_region(c->id, c->name));
             pending[c->id] = c;
             return;
+        case Kind::control: { // the request type travels in `name`'s one byte
+            auto m = wire::encode_request(static_cast<wire::Type>(c->name.at(0)), c->id);
+            m.payload = c->args;
+            m.header.payload_size = static_cast<std::uint32_t>(m.payload.size());
+            engine->send(p.ep, std::move(m));
+            pending[c->id] = c;
+            return;
+        }
         case Kind::get:
         case Kind::put: start_rma(p, c); return;
         default: c->complete(fail(Errc::internal, "unknown call kind")); return;
@@ -496,6 +506,10 @@ struct Client::Impl {
         case wire::Type::pong:
         case wire::Type::stats_reply:
         case wire::Type::region_info:
+        case wire::Type::info_reply:
+        case wire::Type::kernel_stats_reply:
+        case wire::Type::cache_list_reply:
+        case wire::Type::ack:
             pending.erase(it);
             c->complete(std::move(in.payload));
             return;
@@ -713,6 +727,14 @@ Result<std::vector<std::pair<std::string, std::uint64_t>>> Client::agent_stats(c
     std::vector<std::pair<std::string, std::uint64_t>> out;
     for (auto& [k, v] : std::get<wire::StatsReply>(msg->body).counters) out.emplace_back(std::string(k), v);
     return out;
+}
+
+Result<Bytes> Client::control(const Target& target, std::uint8_t type, Bytes payload) {
+    auto c = impl_->new_call(target.id(), Kind::control);
+    c->name = std::string(1, static_cast<char>(type));
+    c->args = std::move(payload);
+    impl_->engine->post([impl = impl_.get(), c] { impl->submit(c); });
+    return Future(c).get();
 }
 
 ClientStats Client::stats() const {
