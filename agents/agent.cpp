@@ -8,13 +8,17 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "core/engine.hpp"
+#include "control.hpp"
 #include "kernel_guard.hpp"
+#include "kernel_stats.hpp"
+#include "log_limiter.hpp"
 #include "regions.hpp"
 #include "runtime.hpp"
 #include "topology.hpp"
@@ -105,6 +109,11 @@ struct Agent::Impl {
     std::uint64_t instance = 0;
     Counters counters;
     std::atomic<bool> stopped{false};
+    KernelStats kernel_stats;
+    ControlContext control;
+    std::atomic<bool> draining{false};
+    std::thread drain_waiter;
+    LogLimiter log_limiter; // whoever progresses
     std::map<std::string, bs_entry_fn, std::less<>> natives;
 
     // Touched only by whoever progresses (engine thread or leading worker), one at a time.
@@ -122,6 +131,14 @@ struct Agent::Impl {
     std::unordered_map<ucp_ep_h, std::vector<std::byte>> reply_ep_address;
 
     std::string address() const { return fmt::format("{}:{}", config.host, port); }
+
+    // One line per failed call, but a client repeating failures gets a few lines per window.
+    void log_failure(std::uint64_t conn, std::uint64_t id, const Error& e) {
+        std::uint64_t suppressed = 0;
+        bool allowed = log_limiter.allow(conn, suppressed);
+        if (suppressed) spdlog::info("connection {}: {} more failed calls not logged", conn, suppressed);
+        if (allowed) spdlog::info("request {}: {}", id, e.describe());
+    }
 
     // --- answering (whoever progresses) ---------------------------------------------------
 
@@ -150,6 +167,7 @@ struct Agent::Impl {
 
     // The final answer of a call: to the sender at hop 0, to the caller's reply-to after a forward.
     void answer(const RunRequest& r, wire::Encoded&& m) {
+        kernel_stats.on_answer(r.run.hash, r.run.entry, r.conn, r.run.args.size(), m);
         m.header.request_id = r.run.hops == 0 ? r.id : r.run.origin;
         if (r.run.hops == 0 || r.run.reply_to.empty()) {
             reply(r.ep, r.conn, std::move(m));
@@ -160,7 +178,7 @@ struct Agent::Impl {
 
     void answer_error(const RunRequest& r, const Error& e, std::int32_t kernel_code = 0) {
         counters.errors.fetch_add(1, std::memory_order_relaxed);
-        spdlog::info("request {}: {}", r.id, e.describe());
+        log_failure(r.conn, r.id, e);
         // After a forward the caller has no connection to us, so the message says who we are.
         auto text = r.run.hops == 0 ? e.message : fmt::format("agent {}: {}", address(), e.message);
         answer(r, wire::encode_error(0, e.code, text, kernel_code));
@@ -168,7 +186,7 @@ struct Agent::Impl {
 
     void reply_error(ucp_ep_h ep, std::uint64_t conn, std::uint64_t id, const Error& e) {
         counters.errors.fetch_add(1, std::memory_order_relaxed);
-        spdlog::info("request {}: {}", id, e.describe());
+        log_failure(conn, id, e);
         reply(ep, conn, wire::encode_error(id, e.code, e.message));
     }
 
@@ -212,8 +230,13 @@ struct Agent::Impl {
             reply_error(in.ep, conn, in.header.request_id, msg.error());
             return;
         }
+        if (is_control_request(in.header.type)) {
+            reply(in.ep, conn, handle_control(control, in.header.request_id, *msg));
+            return;
+        }
         switch (in.header.type) {
         case wire::Type::hello: {
+            kernel_stats.on_client(conn, std::get<wire::Hello>(msg->body).client);
             wire::Welcome w;
             auto addr = address();
             const auto& host = jit::host();
@@ -269,6 +292,10 @@ struct Agent::Impl {
 
     void on_run(std::shared_ptr<RunRequest> r) {
         counters.runs.fetch_add(1, std::memory_order_relaxed);
+        if (draining.load(std::memory_order_relaxed)) {
+            answer_error(*r, Error{Errc::shutting_down, "agent is draining: it takes no new calls"});
+            return;
+        }
         if (r->run.peers.empty() && !config.peers.empty()) {
             // No table shipped: the operator's. It outlives every request (it is config).
             for (const auto& p : config.peers) r->run.peers.push_back(p);
@@ -372,7 +399,10 @@ struct Agent::Impl {
             ctx.run = &r->run;
             ctx.regions = regions.get();
             ctx.create_region = [this](const char* name, std::size_t size) { return create_region_from_worker(name, size); };
+            auto began = Clock::now();
             auto stopped = run_guarded(what.fn, &ctx, config.kernel_timeout);
+            kernel_stats.on_run(r->run.hash, r->run.entry, static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - began).count()),
+                                what.code.get(), what.code ? static_cast<std::uint64_t>(what.code->stats().total_ms() * 1e6) : 0);
             ctx.create_region = nullptr;
             engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {
                 finish_kernel(r, code, stopped, ctx);
@@ -590,6 +620,28 @@ struct Agent::Impl {
         }
     }
 
+    // xctl drain: refuse RUNs from now on; once nothing is queued, compiling or running, the
+    // operator's on_drained (xagent: exit). Checked on the progress thread, after any answer
+    // a finished kernel posted there.
+    bool begin_drain() {
+        if (draining.exchange(true)) return false;
+        drain_waiter = std::thread([this] {
+            constexpr auto kDrainPoll = std::chrono::milliseconds(10);
+            while (!stopped.load()) {
+                std::promise<bool> idle;
+                auto answer = idle.get_future();
+                engine->post([this, &idle] { idle.set_value(pool->idle() && compiling.empty()); });
+                if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) continue;
+                if (answer.get()) break;
+                std::this_thread::sleep_for(kDrainPoll);
+            }
+            if (stopped.load()) return;
+            spdlog::info("drained: every call in flight is answered");
+            if (config.on_drained) config.on_drained();
+        });
+        return true;
+    }
+
     std::vector<std::pair<std::string, std::uint64_t>> counter_values() const {
         std::vector<std::pair<std::string, std::uint64_t>> out;
 #define X(name) out.emplace_back(#name, counters.name.load(std::memory_order_relaxed));
@@ -671,6 +723,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
                                                             "give its index with --self", impl->address()));
         impl->config.self_index = static_cast<int>(me - config.peers.begin());
     }
+    impl->control = ControlContext{impl->address(), impl->instance, impl->topology, impl->pool->size(), Clock::now(),
+                                   impl->jit.get(), &impl->kernel_stats, [raw] { return raw->begin_drain(); }};
     impl->pool->start();
     impl->engine->start();
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));
@@ -689,10 +743,23 @@ void Agent::stop() {
     });
     impl_->engine->stop();
     impl_->regions->clear();
+    if (impl_->drain_waiter.joinable()) impl_->drain_waiter.join();
 }
 
 std::string Agent::address() const { return impl_->address(); }
 std::uint16_t Agent::port() const { return impl_->port; }
+wire::KernelStatsReply Agent::kernel_stats() const { return impl_->kernel_stats.snapshot(); }
+wire::Fields Agent::info(std::vector<std::string>& storage) const { return info_fields(impl_->control, storage); }
+void Agent::set_peers(std::vector<std::string> peers, int self_index) {
+    // config.peers is read by whoever progresses: changed there, between two messages.
+    std::promise<void> done;
+    impl_->engine->post([impl = impl_.get(), &peers, self_index, &done] {
+        impl->config.peers = std::move(peers);
+        impl->config.self_index = self_index;
+        done.set_value();
+    });
+    done.get_future().wait();
+}
 std::vector<std::pair<std::string, std::uint64_t>> Agent::counters() const { return impl_->counter_values(); }
 
 } // namespace bitship::agent

@@ -36,6 +36,10 @@ public:
     /// Finishes the running jobs, returns the ones never started, joins the threads.
     std::vector<std::function<void()>> stop();
     [[nodiscard]] unsigned size() const noexcept { return count_; }
+    /// No job queued and none running (a drain waits for this).
+    [[nodiscard]] bool idle() const noexcept {
+        return queued_.load(std::memory_order_acquire) == 0 && running_.load(std::memory_order_acquire) == 0;
+    }
 
 private:
     void run();
@@ -45,6 +49,7 @@ private:
     std::condition_variable cv_;
     std::deque<std::function<void()>> queue_;
     std::atomic<std::size_t> queued_{0};
+    std::atomic<unsigned> running_{0};
     std::atomic<bool> stop_flag_{false};
     std::atomic<bool> leading_{false};
     Engine* engine_ = nullptr;
