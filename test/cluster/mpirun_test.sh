@@ -49,10 +49,12 @@ kill -KILL "$launcher"
 killed=$(date +%s%N)
 wait "$launcher" 2>/dev/null || true
 launcher=
+# Running, not a zombie: orphans wait for init to reap them, which it does on its own schedule.
+running() { local s; s=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) && [[ $s != Z && $s != X ]]; }
 # Bounded wait (never a hang); the time it took is reported, the limit is generous.
 for _ in $(seq 200); do
   alive=0
-  for p in $agents; do kill -0 "$p" 2>/dev/null && alive=$((alive + 1)); done
+  for p in $agents; do running "$p" && alive=$((alive + 1)); done
   [[ $alive -eq 0 ]] && break
   sleep 0.05
 done

@@ -9,7 +9,7 @@
 set -euo pipefail
 xagent=$1 chase_job=$2 n=${3:-2}
 skip() { echo "SKIP: $*"; exit 77; }
-for tool in munged slurmctld slurmd srun scontrol; do
+for tool in munged slurmctld slurmd srun scontrol squeue scancel; do
   command -v "$tool" >/dev/null || [[ -x /usr/sbin/$tool ]] || skip "no $tool here (Debian: munge slurmctld slurmd slurm-client)"
 done
 export PATH=$PATH:/usr/sbin
@@ -67,6 +67,7 @@ SchedulerType=sched/builtin
 SelectType=select/linear
 MpiDefault=none
 ReturnToService=2
+KillWait=10
 SlurmdTimeout=30
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE
@@ -100,12 +101,16 @@ cat "$work/peers"
 [[ $(grep -vc '^#' "$work/peers") -eq $n ]] || { echo "peers file does not list $n agents"; exit 1; }
 "$chase_job" "$work/peers" --walks 4 --depth 200 || { echo "chase failed"; logs; exit 1; }
 
-# 4. Ending the step (what scancel or a lost srun does) stops every agent.
-kill -TERM "$step"
+# 4. Cancelling the job (scancel: SIGTERM to every task, SIGKILL after KillWait) stops every
+#    agent cleanly.
+job=$(squeue -h -o %i | head -1)
+[[ -n $job ]] || { echo "squeue shows no job"; logs; exit 1; }
+cancelled=$(date +%s%N)
+scancel "$job"
 wait "$step" 2>/dev/null || true
 step=
 for r in $(seq 0 $((n - 1))); do
   for _ in $(seq 200); do grep -q "shutting down" "$work/agent.$r.log" && break; sleep 0.05; done
   grep -q "shutting down" "$work/agent.$r.log" || { echo "agent $r did not shut down"; logs; exit 1; }
 done
-echo "srun --mpi=pmix -n $n: agents met, chased correctly, and stopped"
+echo "srun --mpi=pmix -n $n: agents met, chased correctly, and stopped cleanly $((($(date +%s%N) - cancelled) / 1000000)) ms after scancel"
