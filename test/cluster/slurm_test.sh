@@ -2,8 +2,9 @@
 # A single-node Slurm made for this test alone (munged, slurmctld, slurmd from Debian's
 # packages, a minimal slurm.conf in a temporary directory: no cgroups, proctrack/linuxproc,
 # task/none), then `srun --mpi=pmix -n N xagent`: the agents meet through Slurm's PMIx plugin,
-# rank 0 writes the peers file, a client chases across every agent. Then the step is cancelled
-# and every agent must stop.
+# rank 0 writes the peers file, a client chases across every agent; scancel then stops every
+# agent cleanly (SIGTERM). A second job's srun is killed (SIGKILL): Slurm ends the step and
+# no task may be left.
 # Usage: slurm_test.sh XAGENT CHASE_JOB N        Exit 77 (ctest: skipped) when Slurm is absent
 # or cannot run here, saying why.
 set -euo pipefail
@@ -22,6 +23,11 @@ pids=()
 step=
 cleanup() {
   [[ -n $step ]] && kill -KILL "$step" 2>/dev/null || true
+  # No step daemon may outlive this private cluster: cancel every job, give them a moment.
+  if [[ -n ${SLURM_CONF:-} ]]; then
+    scancel --quiet --user="$(id -un)" 2>/dev/null || true
+    for _ in $(seq 40); do [[ -z $(squeue -h 2>/dev/null) ]] && break; sleep 0.05; done
+  fi
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 0.2
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
@@ -32,7 +38,7 @@ logs() { for f in "$work"/*.log; do echo "== $f"; tail -30 "$f"; done; }
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 host=$(hostname -s)
-mkdir -p "$work/state" "$work/spool"
+mkdir -p "$work/state" "$work/spool" "$work/tmp"
 
 # 1. munge with a key of our own, on a socket of our own.
 dd if=/dev/urandom of="$work/munge.key" bs=1024 count=1 status=none
@@ -67,6 +73,9 @@ SchedulerType=sched/builtin
 SelectType=select/linear
 MpiDefault=none
 ReturnToService=2
+# Job ids (and the PMIx plugin's per-step directories, under TmpFS) unique to this run.
+TmpFS=$work/tmp
+FirstJobId=$((RANDOM * 32 + 1000))
 KillWait=10
 SlurmdTimeout=30
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
@@ -86,31 +95,58 @@ done
 scontrol show node "$host" 2>/dev/null | grep -qE "State=(IDLE|MIXED)" || { logs; skip "the Slurm node did not become idle within 10 s"; }
 echo "Slurm up in $((($(date +%s%N) - started) / 1000000)) ms"
 
-# 3. The job: N agents meet through PMIx.
-srun --mpi=pmix -n "$n" --overcommit --kill-on-bad-exit=0 sh -c 'exec "$0" "$@" 2>"'"$work"'/agent.$SLURM_PROCID.log"' \
-  "$xagent" --listen 127.0.0.1:0 --loopback --transport tcp --region chase=1M --peers-file "$work/peers" --workers 1 \
-  >"$work/srun.log" 2>&1 &
-step=$!
-for _ in $(seq 600); do
-  [[ -s $work/peers ]] && break
-  kill -0 "$step" 2>/dev/null || { echo "srun exited before the agents met:"; logs; exit 1; }
-  sleep 0.05
-done
-[[ -s $work/peers ]] || { echo "no peers file within 30 s"; logs; exit 1; }
-cat "$work/peers"
-[[ $(grep -vc '^#' "$work/peers") -eq $n ]] || { echo "peers file does not list $n agents"; exit 1; }
-"$chase_job" "$work/peers" --walks 4 --depth 200 || { echo "chase failed"; logs; exit 1; }
+running() { local s; s=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) && [[ $s != Z && $s != X ]]; }
 
-# 4. Cancelling the job (scancel: SIGTERM to every task, SIGKILL after KillWait) stops every
-#    agent cleanly.
-job=$(squeue -h -o %i | head -1)
-[[ -n $job ]] || { echo "squeue shows no job"; logs; exit 1; }
+# Starts `srun --mpi=pmix -n N xagent` writing its peers file to $1; sets $step, $job, $tasks.
+start_job() {
+  local peers=$1
+  srun --mpi=pmix -n "$n" --overcommit --kill-on-bad-exit=0 sh -c 'exec "$0" "$@" 2>"'"$work"'/agent.$SLURM_JOB_ID.$SLURM_PROCID.log"' \
+    "$xagent" --listen 127.0.0.1:0 --loopback --transport tcp --region chase=1M --peers-file "$peers" --workers 1 \
+    >>"$work/srun.log" 2>&1 &
+  step=$!
+  for _ in $(seq 600); do
+    [[ -s $peers ]] && break
+    kill -0 "$step" 2>/dev/null || { echo "srun exited before the agents met:"; logs; exit 1; }
+    sleep 0.05
+  done
+  [[ -s $peers ]] || { echo "no peers file within 30 s"; logs; exit 1; }
+  [[ $(grep -vc '^#' "$peers") -eq $n ]] || { echo "peers file does not list $n agents"; cat "$peers"; exit 1; }
+  job=$(squeue -h -o %i | head -1)
+  tasks=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1}')
+  [[ -n $job && -n $tasks ]] || { echo "squeue/scontrol show no job or task"; logs; exit 1; }
+}
+wait_gone() { # bounded: 10 s; prints the milliseconds since $1
+  local since=$1 alive
+  for _ in $(seq 200); do
+    alive=0
+    for p in $tasks; do running "$p" && alive=$((alive + 1)); done
+    [[ $alive -eq 0 ]] && break
+    sleep 0.05
+  done
+  [[ $alive -eq 0 ]] || { echo "$alive task processes still running 10 s later"; logs; exit 1; }
+  echo $((($(date +%s%N) - since) / 1000000))
+}
+
+# 3. N agents meet through PMIx; a client chases across all of them. scancel (SIGTERM to every
+#    task) then stops each agent cleanly.
+start_job "$work/peers"
+cat "$work/peers"
+"$chase_job" "$work/peers" --walks 4 --depth 200 || { echo "chase failed"; logs; exit 1; }
 cancelled=$(date +%s%N)
 scancel "$job"
 wait "$step" 2>/dev/null || true
 step=
+took=$(wait_gone "$cancelled")
 for r in $(seq 0 $((n - 1))); do
-  for _ in $(seq 200); do grep -q "shutting down" "$work/agent.$r.log" && break; sleep 0.05; done
-  grep -q "shutting down" "$work/agent.$r.log" || { echo "agent $r did not shut down"; logs; exit 1; }
+  grep -q "SIGTERM received, shutting down" "$work/agent.$job.$r.log" || { echo "agent $r did not shut down cleanly on scancel"; logs; exit 1; }
 done
-echo "srun --mpi=pmix -n $n: agents met, chased correctly, and stopped cleanly $((($(date +%s%N) - cancelled) / 1000000)) ms after scancel"
+echo "srun --mpi=pmix -n $n: agents met and chased correctly; scancel stopped every agent cleanly in ${took} ms"
+
+# 4. Killing the launcher (srun, SIGKILL): Slurm ends the step and no task may be left.
+start_job "$work/peers2"
+killed=$(date +%s%N)
+kill -KILL "$step"
+wait "$step" 2>/dev/null || true
+step=
+took=$(wait_gone "$killed")
+echo "srun killed: every task of the step gone ${took} ms later"
