@@ -33,25 +33,36 @@ done
 ready_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 echo "start-up: mpirun to last agent ready (peers file written): ${ready_ms} ms"
 
-"$build/test/cluster/chase_job" "$work/peers" --walks 16 --depth 1000 | tee "$work/chase.txt"
 pids=$(pgrep -P "$launcher")
-sleep 1 # let the chase's connections settle
-declare -A cpu0
-for p in $pids; do cpu0[$p]=$(awk '{print $14 + $15}' /proc/$p/stat); done
-sleep "$idle_window"
 ticks=$(getconf CLK_TCK)
-rss_total=0 cpu_total=0 count=0
-for p in $pids; do
-  rss=$(awk '/^VmRSS/ {print $2}' /proc/$p/status)
-  cpu1=$(awk '{print $14 + $15}' /proc/$p/stat)
-  rss_total=$((rss_total + rss))
-  cpu_total=$((cpu_total + cpu1 - ${cpu0[$p]}))
-  count=$((count + 1))
-done
-rss_mib=$(awk -v t="$rss_total" -v c="$count" 'BEGIN { printf "%.1f", t / c / 1024 }')
-cpu_pct=$(awk -v t="$cpu_total" -v hz="$ticks" -v w="$idle_window" 'BEGIN { printf "%.3f", 100 * t / hz / w }')
-echo "idle: $count agents, mean RSS ${rss_mib} MiB per agent, CPU of all idle agents over ${idle_window} s: ${cpu_total} ticks (${cpu_pct}% of one core)"
+# Idle figures over a quiet window: mean RSS per agent (KiB → MiB), CPU ticks of all agents.
+idle() {
+  local label=$1 p rss pss cpu1 rss_total=0 pss_total=0 cpu_total=0 count=0
+  declare -A cpu0
+  sleep 2 # let start-up and the last calls' connections settle
+  for p in $pids; do cpu0[$p]=$(awk '{print $14 + $15}' /proc/$p/stat); done
+  sleep "$idle_window"
+  for p in $pids; do
+    rss=$(awk '/^VmRSS/ {print $2}' /proc/$p/status)
+    # PSS splits shared pages (libLLVM, UCX) among the processes mapping them.
+    pss=$(awk '/^Pss:/ {print $2}' /proc/$p/smaps_rollup 2>/dev/null || echo 0)
+    pss_total=$((pss_total + pss))
+    cpu1=$(awk '{print $14 + $15}' /proc/$p/stat)
+    rss_total=$((rss_total + rss))
+    cpu_total=$((cpu_total + cpu1 - ${cpu0[$p]}))
+    count=$((count + 1))
+  done
+  rss_mib=$(awk -v t="$rss_total" -v c="$count" 'BEGIN { printf "%.1f", t / c / 1024 }')
+  pss_mib=$(awk -v t="$pss_total" -v c="$count" 'BEGIN { printf "%.1f", t / c / 1024 }')
+  cpu_pct=$(awk -v t="$cpu_total" -v hz="$ticks" -v w="$idle_window" 'BEGIN { printf "%.3f", 100 * t / hz / w }')
+  idle_ticks=$cpu_total
+  echo "idle $label: $count agents, mean RSS ${rss_mib} MiB (PSS ${pss_mib} MiB) per agent, CPU of all agents over ${idle_window} s: ${cpu_total} ticks (${cpu_pct}% of one core)"
+}
+idle "before any call (no connections)"
+fresh_rss=$rss_mib fresh_pss=$pss_mib fresh_ticks=$idle_ticks
+"$build/test/cluster/chase_job" "$work/peers" --walks 16 --depth 1000 | tee "$work/chase.txt"
+idle "after the chase (every agent linked to its peers)"
 if [[ -n $csv ]]; then
-  [[ -s $csv ]] || echo "agents,cores,ready_ms,rss_mib_per_agent,idle_cpu_ticks,idle_window_s,chase" >"$csv"
-  echo "$n,$(nproc),$ready_ms,$rss_mib,$cpu_total,$idle_window,$(tail -1 "$work/chase.txt" | tr ',' ';')" >>"$csv"
+  [[ -s $csv ]] || echo "agents,cores,ready_ms,fresh_rss_mib,fresh_pss_mib,fresh_idle_ticks,linked_rss_mib,linked_pss_mib,linked_idle_ticks,idle_window_s,clk_tck,chase" >"$csv"
+  echo "$n,$(nproc),$ready_ms,$fresh_rss,$fresh_pss,$fresh_ticks,$rss_mib,$pss_mib,$idle_ticks,$idle_window,$ticks,$(tail -1 "$work/chase.txt" | tr ',' ';')" >>"$csv"
 fi
