@@ -324,3 +324,28 @@ TEST_CASE("every option can come from a config file, common ones from BITSHIP_* 
     CHECK_THAT(bad.text, Catch::Contains("no_such_option"));
     std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a client repeating a failing call gets a few log lines, not one per call", "[integration]") {
+    AgentProcess agent("tcp", {"--workers", "1"});
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    constexpr int kCalls = 40;
+    auto began = std::chrono::steady_clock::now();
+    for (int i = 0; i < kCalls; ++i) {
+        auto r = client.ship(behaviour_kernels::fail_with_42, *target).get();
+        REQUIRE_FALSE(r);
+        CHECK(r.error().code == Errc::kernel_failed); // every caller still hears of it
+    }
+    // Each 10 s window allows 5 lines: bound by the windows the calls actually spanned.
+    auto windows = 1 + static_cast<std::size_t>((std::chrono::steady_clock::now() - began) / 10s) + 1;
+    auto log = agent.log();
+    std::size_t lines = 0;
+    for (auto at = log.find("kernel_failed: kernel 'fail_with_42'"); at != std::string::npos;
+         at = log.find("kernel_failed: kernel 'fail_with_42'", at + 1))
+        ++lines;
+    INFO(log);
+    CHECK(lines >= 1);
+    CHECK(lines <= 5 * windows); // LogLimiter::kBurst per window, far fewer than kCalls
+    CHECK(lines < static_cast<std::size_t>(kCalls));
+}
