@@ -175,7 +175,7 @@ TEST_CASE("xctl stats --json counts exactly the calls and errors a client saw", 
     CHECK((*mine)["errors"]["entry_not_found"] == kMissing);
 }
 
-TEST_CASE("xctl info says what the agent is; ping answers; cache control says it is not built yet", "[integration]") {
+TEST_CASE("xctl info says what the agent is, ping answers, cache control says it is not built yet", "[integration]") {
     AgentProcess agent("tcp", {"--workers", "1"});
     auto info = xctl_json(agent, "info");
     INFO(info.dump(2));
