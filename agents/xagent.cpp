@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
                                     "give the same ordered list, this agent included, to every agent; repeatable");
     app.add_option("--self", self_index, "this agent's index among --peer (default: find --listen's address there)");
     app.add_option("--peers-file", peers_file, "under a PMIx launcher (mpirun, srun --mpi=pmix): rank 0 writes every agent's "
-                                              "address, rank, host, triple and GPU count here once all have met")
+                                              "address, rank, host, triple and GPU count here once all have met (standalone: this agent alone)")
         ->envname("BITSHIP_PEERS_FILE");
     app.add_option("--metrics", metrics, "serve Prometheus metrics at http://HOST:PORT/metrics")->envname("BITSHIP_METRICS");
     app.add_flag("--no-native", no_native, "do not pre-install the native xrdma handlers (chase)");
