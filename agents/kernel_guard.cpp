@@ -100,10 +100,28 @@ void install_kernel_guard() {
 }
 
 void prepare_worker_thread() {
-    static thread_local std::vector<char> alt_stack(kAltStackSize);
+    // The stack is switched off again before its memory goes, at thread exit: otherwise the
+    // exiting thread still names freed memory as its signal stack (and ASan, which unmaps
+    // whatever stack a thread ends with, dies on it: xagent exited 1 under ASan).
+    // The thread's watchdog slot goes with it too.
+    struct AltStack {
+        std::vector<char> bytes = std::vector<char>(kAltStackSize);
+        ~AltStack() {
+            stack_t off{};
+            off.ss_flags = SS_DISABLE;
+            sigaltstack(&off, nullptr);
+            if (t_slot) {
+                std::lock_guard lock(g_slots_mutex);
+                std::erase(g_slots, t_slot);
+                delete t_slot;
+                t_slot = nullptr;
+            }
+        }
+    };
+    static thread_local AltStack alt_stack;
     stack_t ss{};
-    ss.ss_sp = alt_stack.data();
-    ss.ss_size = alt_stack.size();
+    ss.ss_sp = alt_stack.bytes.data();
+    ss.ss_size = alt_stack.bytes.size();
     sigaltstack(&ss, nullptr);
     my_slot();
 }

@@ -209,6 +209,14 @@ Result<std::vector<std::pair<std::string, std::uint64_t>>> Client::agent_stats(c
     return out;
 }
 
+Result<Bytes> Client::control(const Target& target, std::uint8_t type, Bytes payload) {
+    auto c = impl_->new_call(target.id(), Kind::control);
+    c->name = std::string(1, static_cast<char>(type));
+    c->args = std::move(payload);
+    impl_->submit_from_caller(c);
+    return Future(c).get();
+}
+
 ClientStats Client::stats() const {
     ClientStats s;
     s.runs_sent = impl_->runs_sent.load();

@@ -51,7 +51,7 @@ struct CallState {
     Engine* engine = nullptr; ///< to wake waiters; valid while anyone can complete the call
 
     // Progress-token bookkeeping.
-    enum class Kind { run, ping, stats, connect, region, get, put, chain };
+    enum class Kind { run, ping, stats, connect, region, get, put, chain, control };
     std::uint64_t id = 0;
     std::uint64_t peer = 0;
     Kind kind = Kind::run;

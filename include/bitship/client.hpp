@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <memory>
@@ -181,6 +182,11 @@ public:
     /// connect_failed within options.connect_timeout when nobody answers.
     Result<Target> connect(std::string_view host_port);
 
+    /// Connects to every agent of a peers file (see <bitship/peers.hpp>), in rank order: index
+    /// i of the result is rank i, ready to be a ShipOptions::peers table. Fails, naming the
+    /// rank, if the file is unreadable or malformed or any agent does not answer.
+    Result<std::vector<Target>> connect_all(const std::filesystem::path& peers_file);
+
     /// Runs `kernel` on `target` with `args` laid out as a C struct of those members.
     template <class... Args> Future ship(const Kernel& kernel, const Target& target, const Args&... args) {
         return ship_bytes(kernel, target, pack_args(args...));
@@ -235,6 +241,11 @@ public:
 
     /// The agent's counters (code received, compiles, cache hits, runs, errors, ...).
     Result<std::vector<std::pair<std::string, std::uint64_t>>> agent_stats(const Target& target);
+
+    /// Operator control, for tools (xctl): sends a request of wire message type `type` (INFO,
+    /// KERNEL_STATS, CACHE_LIST, CACHE_EVICT, DRAIN of core/wire.hpp) with `payload` and returns
+    /// the payload of the agent's reply, which the caller decodes. An ERROR reply is the error.
+    Result<Bytes> control(const Target& target, std::uint8_t type, Bytes payload = {});
 
     [[nodiscard]] ClientStats stats() const;
 
