@@ -66,7 +66,10 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     hooks.on_bad_message = [raw](ucp_ep_h ep, std::uint64_t id, const Error& e) { raw->on_bad_message(ep, id, e); };
     hooks.on_ep_error = [raw](ucp_ep_h ep, const Error& e) { raw->on_ep_error(ep, e); };
     hooks.on_conn_request = [raw](ucp_conn_request_h r) { raw->on_conn_request(r); };
-    if (config.kernel_timeout.count() > 0) hooks.on_watch = [] { check_kernel_budgets(); };
+    if (config.kernel_timeout.count() > 0) {
+        hooks.on_watch = [] { check_kernel_budgets(); };
+        hooks.watch_needed = [] { return kernels_running(); };
+    }
     auto engine = Engine::create(eo, std::move(hooks));
     if (!engine) return tl::make_unexpected(engine.error());
     impl->engine = std::move(*engine);

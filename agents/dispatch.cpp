@@ -1,6 +1,9 @@
 #include "agent_impl.hpp"
 
 namespace bitship::agent {
+namespace {
+void wake_watchdog(void* engine) { static_cast<Engine*>(engine)->wake_watch(); }
+} // namespace
 
 void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
     counters.runs.fetch_add(1, std::memory_order_relaxed);
@@ -126,7 +129,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         prepare_ctx(ctx, *r);
         std::optional<Error> stopped;
         auto began = Clock::now();
-        engine->run_released([&] { stopped = run_guarded(what.fn, &ctx, config.kernel_timeout); });
+        engine->run_released([&] { stopped = run_guarded(what.fn, &ctx, config.kernel_timeout, &wake_watchdog, engine.get()); });
         record_run(*r, what, Clock::now() - began);
         ctx.create_region = nullptr;
         finish_kernel(r, what.code, stopped, ctx);
@@ -136,7 +139,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         bs_ctx ctx;
         prepare_ctx(ctx, *r);
         auto began = Clock::now();
-        auto stopped = run_guarded(what.fn, &ctx, config.kernel_timeout);
+        auto stopped = run_guarded(what.fn, &ctx, config.kernel_timeout, &wake_watchdog, engine.get());
         record_run(*r, what, Clock::now() - began);
         ctx.create_region = nullptr;
         engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {

@@ -126,11 +126,13 @@ void prepare_worker_thread() {
     my_slot();
 }
 
-std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget) {
+std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget, void (*started)(void*),
+                                 void* started_arg) {
     Slot& s = my_slot();
     s.generation.fetch_add(1, std::memory_order_relaxed);
     s.budget_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(budget).count(), std::memory_order_relaxed);
-    s.started_ns.store(budget.count() > 0 ? now_ns() : 0, std::memory_order_release);
+    s.started_ns.store(budget.count() > 0 ? now_ns() : 0, std::memory_order_seq_cst);
+    if (started && budget.count() > 0) started(started_arg);
 
     std::optional<Error> outcome;
     // No signal mask saved (a system call per call): the handler runs with SA_NODEFER and an
@@ -151,6 +153,13 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
     }
     s.started_ns.store(0, std::memory_order_release);
     return outcome;
+}
+
+bool kernels_running() {
+    std::lock_guard lock(g_slots_mutex);
+    for (Slot* s : g_slots)
+        if (s->started_ns.load(std::memory_order_seq_cst) != 0) return true;
+    return false;
 }
 
 void check_kernel_budgets() {
