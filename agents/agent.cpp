@@ -17,6 +17,7 @@
 #include "kernel_guard.hpp"
 #include "regions.hpp"
 #include "runtime.hpp"
+#include "slice_siblings.hpp"
 #include "topology.hpp"
 #include "worker_pool.hpp"
 
@@ -59,6 +60,9 @@ struct Forwarded {
     CodeHash hash{};
     wire::Encoded message; // as sent, without code
     Clock::time_point sent;
+    /// For a peer of another architecture: the whole bundle, whose slice for the peer `hash`
+    /// now names (agents/slice_siblings.hpp). Null: the code is the compiled slice's own.
+    std::shared_ptr<const std::vector<std::byte>> sibling_bundle;
 };
 
 // A connection this agent made to a peer agent, to forward to.
@@ -66,6 +70,7 @@ struct Link {
     std::string address;
     ucp_ep_h ep = nullptr;
     bool welcomed = false;
+    std::string triple;       ///< the peer's, from its WELCOME
     std::set<CodeHash> known; ///< hashes sent over this link
     std::vector<std::uint64_t> queued; ///< forwarded ids waiting for WELCOME
 };
@@ -101,6 +106,7 @@ struct Agent::Impl {
     std::unique_ptr<RegionTable> regions;
     std::unique_ptr<WorkerPool> pool;
     Topology topology;
+    SliceSiblings siblings; // bundles' other slices, for forwards across architectures
     std::uint16_t port = 0;
     std::uint64_t instance = 0;
     Counters counters;
@@ -225,6 +231,7 @@ struct Agent::Impl {
             w.cores = topology.cores;
             w.workers = pool->size();
             w.instance = instance;
+            w.caps = topology.caps;
             reply(in.ep, conn, wire::encode_welcome(w));
             return;
         }
@@ -289,6 +296,7 @@ struct Agent::Impl {
             run_kernel(std::move(r), Runnable{nullptr, it->second});
             return;
         }
+        if (!r->run.code.empty()) siblings.remember(r->run.hash, r->run.code);
         if (auto code = jit->find(r->run.hash)) {
             counters.cache_hits.fetch_add(1, std::memory_order_relaxed);
             run_compiled(std::move(r), std::move(code));
@@ -336,8 +344,8 @@ struct Agent::Impl {
         counters.last_compile_optimise_ns.store(ns(s.optimise_ms), std::memory_order_relaxed);
         counters.last_compile_codegen_ns.store(ns(s.codegen_ms), std::memory_order_relaxed);
         counters.last_compile_link_ns.store(ns(s.link_ms), std::memory_order_relaxed);
-        spdlog::info("compiled {}{}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
-                     to_hex(hash, 16), s.from_disk ? " (from disk cache)" : "", s.verify_ms, s.parse_ms, s.optimise_ms,
+        spdlog::info("compiled {}{} for {} target-cpu={}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
+                     to_hex(hash, 16), s.from_disk ? " (from disk cache)" : "", jit::host().triple, jit::host().cpu, s.verify_ms, s.parse_ms, s.optimise_ms,
                      s.codegen_ms, s.link_ms);
         for (auto& r : waiting) run_compiled(std::move(r), *code);
     }
@@ -489,6 +497,7 @@ struct Agent::Impl {
         auto it = forwarded.find(id);
         if (it == forwarded.end()) return;
         auto& fw = it->second;
+        if (!retarget_forward(link, id, fw)) return;
         const auto& code = forwarded_code[id];
         // A native kernel (all-zero hash) has no code to send: the peer has it or refuses.
         with_code = fw.hash != CodeHash{} && code && (with_code || !link.known.contains(fw.hash));
@@ -500,10 +509,28 @@ struct Agent::Impl {
         // Re-encode with the code attached: decode what we sent, add the bundle.
         auto m = wire::decode(fw.message.header, fw.message.payload);
         auto run = std::get<wire::Run>(m->body);
-        run.code = code->bundle();
+        run.code = fw.sibling_bundle ? std::span<const std::byte>(*fw.sibling_bundle) : std::span<const std::byte>(code->bundle());
         counters.code_forwarded.fetch_add(1, std::memory_order_relaxed);
         engine->send(link.ep, wire::encode_run(id, run));
         link.known.insert(fw.hash);
+    }
+
+    // A peer of another architecture gets the hash of its own slice of the call's bundle (once
+    // per forward). False when there is none: the caller has been told, the forward dropped.
+    bool retarget_forward(const Link& link, std::uint64_t id, Forwarded& fw) {
+        if (fw.hash == CodeHash{} || fw.sibling_bundle || link.triple.empty() ||
+            normalise_triple(link.triple) == normalise_triple(jit::host().triple))
+            return true;
+        auto r = siblings.retarget(fw.message, id, link.triple);
+        if (!r) {
+            tell_caller(fw, r.error().code, fmt::format("agent {}: forward to {}: {}", address(), link.address, r.error().message));
+            forget(id);
+            return false;
+        }
+        fw.message = std::move(r->message);
+        fw.hash = r->hash;
+        fw.sibling_bundle = std::move(r->bundle);
+        return true;
     }
 
     Link& link_to(const std::string& address) {
@@ -535,6 +562,7 @@ struct Agent::Impl {
         switch (in.header.type) {
         case wire::Type::welcome: {
             link.welcomed = true;
+            link.triple = std::string(std::get<wire::Welcome>(msg->body).triple);
             auto queued = std::move(link.queued);
             link.queued.clear();
             for (auto id : queued) send_forward(link, id);
@@ -606,7 +634,7 @@ Agent::~Agent() { stop(); }
 Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     auto impl = std::make_unique<Impl>();
     impl->config = config;
-    impl->topology = detect_topology();
+    impl->topology = detect_topology(config.role);
     impl->instance = std::random_device{}() | (static_cast<std::uint64_t>(std::random_device{}()) << 32);
     for (const auto& [name, fn] : config.native_kernels) impl->natives.emplace(name, fn);
     if (config.peers.size() > 0xffff) return fail(Errc::invalid_argument, "at most 65535 --peer entries");

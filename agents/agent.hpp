@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <bitship/capabilities.hpp>
 #include <bitship/errc.hpp>
 #include <bitship/transport.hpp>
 
@@ -50,6 +52,8 @@ struct AgentConfig {
     /// Native (pre-compiled) kernels the operator installs, run like shipped ones: the
     /// baseline shipped code is compared against. Called by RUNs with an all-zero hash.
     std::vector<std::pair<std::string, bs_entry_fn>> native_kernels;
+    /// What kind of node this is, by the operator's word (xagent --role); unset: detected.
+    std::optional<NodeKind> role;
 };
 
 class Agent {

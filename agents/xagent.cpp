@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> region_specs;
     std::vector<std::string> peers;
     int self_index = -1;
+    std::string role = "auto";
 
     app.add_option("--listen", listen, "HOST:PORT to listen on; port 0 picks a free one and prints it")->capture_default_str();
     app.add_option("--port-file", port_file, "write the bound port to this file once listening");
@@ -80,6 +81,9 @@ int main(int argc, char** argv) {
     app.add_option("--peer", peers, "HOST:PORT of an agent kernels may forward to when a call ships no peer table; "
                                     "give the same ordered list, this agent included, to every agent; repeatable");
     app.add_option("--self", self_index, "this agent's index among --peer (default: find --listen's address there)");
+    app.add_option("--role", role, "what this node is, as WELCOME tells clients: host, dpu, or auto (a DPU when a "
+                                  "BlueField PCI function is seen from aarch64 cores)")
+        ->check(CLI::IsMember({"auto", "host", "dpu"}))->capture_default_str();
     app.add_flag("--no-native", no_native, "do not pre-install the native xrdma handlers (chase)");
     app.add_flag("--loopback", loopback, "pin UCX to the loopback device (UCX_NET_DEVICES=lo) unless set already");
     app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
@@ -116,6 +120,7 @@ int main(int argc, char** argv) {
     config.workers_lead = !no_worker_progress;
     config.peers = peers;
     config.self_index = self_index;
+    if (role != "auto") config.role = role == "dpu" ? NodeKind::dpu : NodeKind::host;
     for (const auto& spec : region_specs) {
         auto r = agent::parse_region_spec(spec);
         if (!r) {

@@ -249,17 +249,21 @@ struct Client::Impl {
                                                           agent_name(p), p.info->max_args)));
             return;
         }
-        auto& known_here = known[p.address];
+        // A call that may forward carries every slice: agents of other architectures on its way
+        // get theirs from the agent before them (agents/slice_siblings.hpp).
+        const bool travels = !c->peers.empty() || c->forward;
+        auto code = travels ? c->bundle : std::span<const std::byte>(*choice->code);
+        auto& known_here = known[travels ? p.address + " (every slice)" : p.address];
         with_code = with_code || !known_here.contains(c->hash);
-        if (with_code && choice->code->size() + c->args.size() > p.info->max_message) {
+        if (with_code && code.size() + c->args.size() > p.info->max_message) {
             c->complete(fail(Errc::too_large, fmt::format("code ({} bytes) and arguments exceed {}'s message limit of {}",
-                                                          choice->code->size(), agent_name(p), p.info->max_message)));
+                                                          code.size(), agent_name(p), p.info->max_message)));
             return;
         }
-        send_run_message(p, c, with_code ? std::span<const std::byte>(*choice->code) : std::span<const std::byte>{});
+        send_run_message(p, c, with_code ? code : std::span<const std::byte>{});
         if (with_code) {
             bundles_sent.fetch_add(1, std::memory_order_relaxed);
-            bundle_bytes_sent.fetch_add(choice->code->size(), std::memory_order_relaxed);
+            bundle_bytes_sent.fetch_add(code.size(), std::memory_order_relaxed);
             known_here.insert(c->hash);
         }
     }
@@ -426,6 +430,7 @@ struct Client::Impl {
         info->cores = w.cores;
         info->workers = w.workers;
         info->instance = w.instance;
+        info->capabilities = w.caps;
         p.info = std::move(info);
         p.welcomed = true;
         if (p.connecting) {
