@@ -523,7 +523,8 @@ struct Agent::Impl {
             return true;
         auto r = siblings.retarget(fw.message, id, link.triple);
         if (!r) {
-            tell_caller(fw, r.error().code, fmt::format("agent {}: forward to {}: {}", address(), link.address, r.error().message));
+            tell_caller(fw, r.error().code, fmt::format("agent {} ({}): forward to {} ({}): {}", address(), jit::host().triple,
+                                                        link.address, link.triple, r.error().message));
             forget(id);
             return false;
         }

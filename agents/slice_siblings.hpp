@@ -8,9 +8,12 @@
 // WELCOME names another triple then carries the hash of that triple's slice, and its code on
 // NEED_CODE is this bundle; the peer checks the slice against that hash as it checks any code.
 //
-// The first bundle kept for a hash stays until evicted: with signed slices (DESIGN: trust
-// layer 2) the peer will also check who made its slice; until then, agents trust the clients
-// that reach them, as everywhere in open mode.
+// Limits, both because a RUN names a slice, not its bundle: the first bundle kept for a hash
+// stays until evicted. (1) Two bundles whose slices for this triple are byte-identical but
+// differ for another share the first one's other slices here. (2) With signed slices (DESIGN:
+// trust layer 2) the peer will also check who made its slice; until then agents trust the
+// clients that reach them, as everywhere in open mode. Both go away when a RUN also names its
+// bundle's hash.
 //
 // Touched only by whoever progresses UCX (one thread at a time), like the rest of the
 // forwarding state: no lock.

@@ -250,10 +250,13 @@ struct Client::Impl {
             return;
         }
         // A call that may forward carries every slice: agents of other architectures on its way
-        // get theirs from the agent before them (agents/slice_siblings.hpp).
+        // get theirs from the agent before them (agents/slice_siblings.hpp). Bundles that share
+        // this slice may differ in others, so which bundle went whole is kept per bundle.
         const bool travels = !c->peers.empty() || c->forward;
         auto code = travels ? c->bundle : std::span<const std::byte>(*choice->code);
-        auto& known_here = known[travels ? p.address + " (every slice)" : p.address];
+        auto& known_here = known[travels ? fmt::format("{} (every slice of bundle {})", p.address,
+                                                       static_cast<const void*>(c->bundle.data()))
+                                         : p.address];
         with_code = with_code || !known_here.contains(c->hash);
         if (with_code && code.size() + c->args.size() > p.info->max_message) {
             c->complete(fail(Errc::too_large, fmt::format("code ({} bytes) and arguments exceed {}'s message limit of {}",

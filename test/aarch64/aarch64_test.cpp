@@ -194,6 +194,36 @@ TEST_CASE("an x86-only bundle is refused by the aarch64 agent, naming both tripl
     CHECK(ok->arch == ARCH_AARCH64);
 }
 
+TEST_CASE("a kernel forwards itself from an x86-64 agent to an aarch64 one, which runs its own slice, and "
+          "without an aarch64 slice the caller hears why",
+          "[integration][aarch64]") {
+    const auto& program = arm_agent();
+    AgentProcess x86("tcp");
+    AgentProcess arm(program, "tcp");
+    auto client = make_client();
+    ShipOptions options;
+    options.peers = {connect(client, x86), connect(client, arm)};
+    const hop_args args{1, 0, 3, 4};
+
+    // From an x86-64-only bundle: the first agent has no aarch64 slice to send on, and says so.
+    // (First: the two bundles' x86-64 slices are the same bytes, the same hash, and an agent
+    // that was once given the two-slice bundle would send on its aarch64 slice.)
+    auto refused = client.ship(x86_only_kernels::hop_then_answer, options.peers[0], options, args).get();
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code == Errc::no_matching_slice);
+    CHECK_THAT(refused.error().message, Catch::Contains("x86_64") && Catch::Contains(kArmTriple));
+
+    // From the two-slice bundle: the aarch64 agent gets and runs its own slice.
+    auto r = client.ship(arch_kernels::hop_then_answer, options.peers[0], options, args).get_as<arch_reply>();
+    INFO(x86.log() + "\n" + arm.log());
+    REQUIRE(r);
+    CHECK(r->arch == ARCH_AARCH64);
+    CHECK(r->value == arch_mix(3, 4));
+    CHECK(agent_counters(client, options.peers[0])["forwards"] == 2);
+    CHECK(agent_counters(client, options.peers[1])["results"] == 1);
+    CHECK(client.stats().stray_replies == 0);
+}
+
 TEST_CASE("an X-RDMA chase across an x86-64 and an aarch64 agent forwards between them and answers the caller once",
           "[integration][aarch64]") {
     constexpr std::uint64_t kNodesPerAgent = 1 << 10, kSeed = 2026, kDepth = 120;

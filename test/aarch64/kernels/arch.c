@@ -33,3 +33,31 @@ BS_KERNEL(fnv1a) {
     for (size_t i = 0; i < len; ++i) h = (h ^ p[i]) * ARCH_FNV_PRIME;
     bs_reply(ctx, &h, sizeof h);
 }
+
+/* Forwards itself once to peer `to`, where it answers as which_arch does. */
+BS_KERNEL(hop_then_answer) {
+    size_t len = 0;
+    const struct hop_args* in = (const struct hop_args*)bs_args(ctx, &len);
+    if (len != sizeof *in) {
+        bs_fail(ctx, 1, "hop_then_answer: expected struct hop_args");
+        return;
+    }
+    if (!in->forwarded) {
+        struct hop_args next = *in;
+        next.forwarded = 1;
+        int rc = bs_forward(ctx, (uint32_t)in->to, &next, sizeof next);
+        if (rc != BS_OK) bs_fail(ctx, 2, "hop_then_answer: bs_forward refused");
+        return;
+    }
+    struct arch_reply out;
+#if defined(__aarch64__)
+    out.arch = ARCH_AARCH64;
+#elif defined(__x86_64__)
+    out.arch = ARCH_X86_64;
+#else
+    out.arch = 0;
+#endif
+    out.pointer_bits = (uint32_t)(sizeof(void*) * 8);
+    out.value = arch_mix(in->a, in->b);
+    bs_reply(ctx, &out, sizeof out);
+}

@@ -16,6 +16,12 @@ struct arch_reply {
     uint64_t value;        /* arch_mix(a, b) */
 };
 
+struct hop_args {
+    uint64_t to;        /* the peer to forward to */
+    uint64_t forwarded; /* 0 on the first agent */
+    uint64_t a, b;
+};
+
 #define ARCH_FNV_OFFSET 0xcbf29ce484222325ull
 #define ARCH_FNV_PRIME 0x100000001b3ull
 
