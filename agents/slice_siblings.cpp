@@ -8,20 +8,27 @@ void SliceSiblings::remember(const CodeHash& hash, std::span<const std::byte> bu
     if (bundles_.contains(hash) || bundle.size() > kMaxBytes) return;
     auto view = BundleView::parse(bundle); // checks every slice against its hash
     if (!view || view->slices.size() < 2) return;
+    Kept kept;
     bool has_hash = false;
-    for (const auto& s : view->slices) has_hash = has_hash || s.hash == hash;
+    for (const auto& s : view->slices) {
+        has_hash = has_hash || s.hash == hash;
+        kept.slices.emplace_back(normalise_triple(s.triple), s.hash);
+    }
     if (!has_hash) return;
+    kept.triples = view->triples();
+    kept.bundle = std::make_shared<const std::vector<std::byte>>(bundle.begin(), bundle.end());
     while (!order_.empty() && (order_.size() >= kMaxBundles || bytes_ + bundle.size() > kMaxBytes)) {
         auto it = bundles_.find(order_.front());
-        bytes_ -= it->second->size();
+        bytes_ -= it->second.bundle->size();
         bundles_.erase(it);
         order_.pop_front();
     }
-    bundles_.emplace(hash, std::make_shared<const std::vector<std::byte>>(bundle.begin(), bundle.end()));
+    bundles_.emplace(hash, std::move(kept));
     order_.push_back(hash);
     bytes_ += bundle.size();
 }
 
+// Once per forward that crosses architectures: a lookup, no parsing or hashing.
 Result<SliceSiblings::Sibling> SliceSiblings::for_triple(const CodeHash& hash, std::string_view triple) const {
     auto it = bundles_.find(hash);
     if (it == bundles_.end())
@@ -29,13 +36,11 @@ Result<SliceSiblings::Sibling> SliceSiblings::for_triple(const CodeHash& hash, s
                     fmt::format("kernel {} came here with its own slice only, so there is none for {} (a call "
                                 "that may forward ships every slice; was this agent sent the code without peers?)",
                                 to_hex(hash, 16), triple));
-    auto view = BundleView::parse(*it->second); // kept bytes were parsed once: cannot fail
-    if (!view) return tl::make_unexpected(view.error());
-    auto index = view->find_slice(triple);
-    if (!index)
-        return fail(Errc::no_matching_slice,
-                    fmt::format("bundle of kernel {} has slices for [{}]; the peer runs {}", to_hex(hash, 16), view->triples(), triple));
-    return Sibling{view->slices[*index].hash, it->second};
+    const auto wanted = normalise_triple(triple);
+    for (const auto& [slice_triple, slice_hash] : it->second.slices)
+        if (slice_triple == wanted) return Sibling{slice_hash, it->second.bundle};
+    return fail(Errc::no_matching_slice, fmt::format("bundle of kernel {} has slices for [{}]; the peer runs {}",
+                                                     to_hex(hash, 16), it->second.triples, triple));
 }
 
 Result<SliceSiblings::Retargeted> SliceSiblings::retarget(const wire::Encoded& run, std::uint64_t id,

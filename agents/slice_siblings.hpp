@@ -23,6 +23,8 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <string_view>
 #include <vector>
 
@@ -65,7 +67,12 @@ public:
     [[nodiscard]] std::size_t size() const noexcept { return bundles_.size(); }
 
 private:
-    std::map<CodeHash, std::shared_ptr<const std::vector<std::byte>>> bundles_;
+    struct Kept {
+        std::shared_ptr<const std::vector<std::byte>> bundle;
+        std::vector<std::pair<std::string, CodeHash>> slices; ///< normalised triple → slice hash
+        std::string triples;                                  ///< for error messages
+    };
+    std::map<CodeHash, Kept> bundles_;
     std::deque<CodeHash> order_;
     std::size_t bytes_ = 0;
 };

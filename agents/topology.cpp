@@ -20,6 +20,8 @@ constexpr std::array kBlueFieldIds{
     DpuPciId{kMellanoxVendor, 0xa2dc, "BlueField-3"},
 };
 
+constexpr std::array kUnusedComponents{"pci", "opencl", "gl", "cuda", "nvml", "rsmi", "levelzero"};
+
 #if defined(__aarch64__)
 constexpr bool kArmCores = true;
 #else
@@ -72,6 +74,12 @@ Topology detect_topology(std::optional<NodeKind> role) {
 
     HwlocTopology h;
     // PCI devices are needed for the DPU check; bridges and the rest of the I/O tree are not.
+    // On Linux hwloc reads them from sysfs; its libpciaccess plugin ("pci") would only repeat
+    // that (and leaks at load, which LSan reports), and the GPU plugins (GL opens an X display)
+    // are not used yet: those components stay out.
+    if (h.topo)
+        for (const char* plugin : kUnusedComponents)
+            hwloc_topology_set_components(h.topo, HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, plugin);
     if (h.topo && hwloc_topology_set_io_types_filter(h.topo, HWLOC_TYPE_FILTER_KEEP_IMPORTANT) == 0 &&
         hwloc_topology_load(h.topo) == 0) {
         auto count = [&](hwloc_obj_type_t type) { return hwloc_get_nbobjs_by_type(h.topo, type); };

@@ -10,7 +10,7 @@ with_aarch64=0
 for arg in "$@"; do
   case "$arg" in
     --with-aarch64) with_aarch64=1 ;;
-    -h|--help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,6p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup: unknown option '$arg' (try --help)" >&2; exit 2 ;;
   esac
 done
