@@ -134,6 +134,19 @@ TEST_CASE("an x86-64 client ships a two-slice bundle to an aarch64 agent, which 
     }
 }
 
+TEST_CASE("the aarch64 slice is built for the DPU class baseline, the x86-64 one for x86-64", "[unit][aarch64]") {
+    // No agent needed: what bitship_add_kernels put in the bundle (cmake/BitshipKernels.cmake).
+    auto view = BundleView::parse(arch_kernels::bundle());
+    REQUIRE(view);
+    auto arm = view->find_slice(kArmTriple);
+    auto x86 = view->find_slice("x86_64-unknown-linux-gnu");
+    REQUIRE(arm);
+    REQUIRE(x86);
+    CHECK(view->slices[*arm].cpu == "armv8.2-a+crypto");
+    CHECK(view->slices[*x86].cpu == "x86-64");
+    CHECK(view->slices[*arm].hash != view->slices[*x86].hash);
+}
+
 TEST_CASE("a restarted aarch64 agent gets its slice again through NEED_CODE, once", "[integration][aarch64]") {
     const auto& program = arm_agent();
     AgentProcess first(program, "tcp");
