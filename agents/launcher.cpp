@@ -9,11 +9,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <string_view>
 #include <chrono>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 namespace bitship::launch {
