@@ -29,7 +29,7 @@ Agent::~Agent() { stop(); }
 Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     auto impl = std::make_unique<Impl>();
     impl->config = config;
-    impl->topology = detect_topology();
+    impl->topology = detect_topology(config.role);
     impl->instance = std::random_device{}() | (static_cast<std::uint64_t>(std::random_device{}()) << 32);
     for (const auto& [name, fn] : config.native_kernels) impl->natives.emplace(name, fn);
     if (config.peers.size() > 0xffff) return fail(Errc::invalid_argument, "at most 65535 --peer entries");

@@ -12,9 +12,11 @@
 #include <functional>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <bitship/capabilities.hpp>
 #include <bitship/errc.hpp>
 #include <bitship/transport.hpp>
 
@@ -58,6 +60,8 @@ struct AgentConfig {
     /// Called (from a helper thread) once a drain (xctl drain) answered every call in flight;
     /// xagent then exits as on SIGTERM.
     std::function<void()> on_drained;
+    /// What kind of node this is, by the operator's word (xagent --role); unset: detected.
+    std::optional<NodeKind> role;
 };
 
 class Agent {

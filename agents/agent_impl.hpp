@@ -30,6 +30,7 @@
 #include "log_limiter.hpp"
 #include "regions.hpp"
 #include "runtime.hpp"
+#include "slice_siblings.hpp"
 #include "topology.hpp"
 #include "worker_pool.hpp"
 
@@ -71,6 +72,9 @@ struct Forwarded {
     CodeHash hash{};
     wire::Encoded message; // as sent, without code
     Clock::time_point sent;
+    /// For a peer of another architecture: the whole bundle, whose slice for the peer `hash`
+    /// now names (agents/slice_siblings.hpp). Null: the code is the compiled slice's own.
+    std::shared_ptr<const std::vector<std::byte>> sibling_bundle;
 };
 
 // A connection this agent made to a peer agent, to forward to.
@@ -78,6 +82,7 @@ struct Link {
     std::string address;
     ucp_ep_h ep = nullptr;
     bool welcomed = false;
+    std::string triple;       ///< the peer's, from its WELCOME
     std::set<CodeHash> known; ///< hashes sent over this link
     std::vector<std::uint64_t> queued; ///< forwarded ids waiting for WELCOME
 };
@@ -107,6 +112,7 @@ struct Agent::Impl {
     std::unique_ptr<RegionTable> regions;
     std::unique_ptr<WorkerPool> pool;
     Topology topology;
+    SliceSiblings siblings; // bundles' other slices, for forwards across architectures
     std::uint16_t port = 0;
     std::uint64_t instance = 0;
     Counters counters;
@@ -177,6 +183,9 @@ struct Agent::Impl {
                        const std::optional<Error>& stopped, bs_ctx& ctx);
 
     // forwarding.cpp
+    // A peer of another architecture gets the hash of its own slice of the call's bundle (once
+    // per forward). False when there is none: the caller has been told, the forward dropped.
+    bool retarget_forward(const Link& link, std::uint64_t id, Forwarded& fw);
     // The endpoint to a caller's worker (the reply-to of a forwarded call), made on first use.
     ucp_ep_h reply_ep(std::span<const std::byte> address);
     void forward(const RunRequest& r, const std::shared_ptr<const jit::CompiledCode>& code, ForwardRequest f);

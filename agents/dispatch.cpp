@@ -31,6 +31,7 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
         run_kernel(std::move(r), Runnable{nullptr, it->second});
         return;
     }
+    if (!r->run.code.empty()) siblings.remember(r->run.hash, r->run.code);
     if (auto code = jit->find(r->run.hash)) {
         counters.cache_hits.fetch_add(1, std::memory_order_relaxed);
         run_compiled(std::move(r), std::move(code));
@@ -78,8 +79,8 @@ void Agent::Impl::on_compiled(const CodeHash& hash, Result<std::shared_ptr<const
     counters.last_compile_optimise_ns.store(ns(s.optimise_ms), std::memory_order_relaxed);
     counters.last_compile_codegen_ns.store(ns(s.codegen_ms), std::memory_order_relaxed);
     counters.last_compile_link_ns.store(ns(s.link_ms), std::memory_order_relaxed);
-    spdlog::info("compiled {}{}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
-                 to_hex(hash, 16), s.from_disk ? " (from disk cache)" : "", s.verify_ms, s.parse_ms, s.optimise_ms,
+    spdlog::info("compiled {}{} for {} target-cpu={}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
+                 to_hex(hash, 16), s.from_disk ? " (from disk cache)" : "", jit::host().triple, jit::host().cpu, s.verify_ms, s.parse_ms, s.optimise_ms,
                  s.codegen_ms, s.link_ms);
     for (auto& r : waiting) run_compiled(std::move(r), *code);
 }

@@ -99,6 +99,7 @@ void Agent::Impl::send_forward(Link& link, std::uint64_t id, bool with_code) {
     auto it = forwarded.find(id);
     if (it == forwarded.end()) return;
     auto& fw = it->second;
+    if (!retarget_forward(link, id, fw)) return;
     const auto& code = forwarded_code[id];
     // A native kernel (all-zero hash) has no code to send: the peer has it or refuses.
     with_code = fw.hash != CodeHash{} && code && (with_code || !link.known.contains(fw.hash));
@@ -110,10 +111,27 @@ void Agent::Impl::send_forward(Link& link, std::uint64_t id, bool with_code) {
     // Re-encode with the code attached: decode what we sent, add the bundle.
     auto m = wire::decode(fw.message.header, fw.message.payload);
     auto run = std::get<wire::Run>(m->body);
-    run.code = code->bundle();
+    run.code = fw.sibling_bundle ? std::span<const std::byte>(*fw.sibling_bundle) : std::span<const std::byte>(code->bundle());
     counters.code_forwarded.fetch_add(1, std::memory_order_relaxed);
     engine->send(link.ep, wire::encode_run(id, run));
     link.known.insert(fw.hash);
+}
+
+bool Agent::Impl::retarget_forward(const Link& link, std::uint64_t id, Forwarded& fw) {
+    if (fw.hash == CodeHash{} || fw.sibling_bundle || link.triple.empty() ||
+        normalise_triple(link.triple) == normalise_triple(jit::host().triple))
+        return true;
+    auto r = siblings.retarget(fw.message, id, link.triple);
+    if (!r) {
+        tell_caller(fw, r.error().code, fmt::format("agent {} ({}): forward to {} ({}): {}", address(), jit::host().triple,
+                                                    link.address, link.triple, r.error().message));
+        forget(id);
+        return false;
+    }
+    fw.message = std::move(r->message);
+    fw.hash = r->hash;
+    fw.sibling_bundle = std::move(r->bundle);
+    return true;
 }
 
 Link& Agent::Impl::link_to(const std::string& address) {
@@ -145,6 +163,7 @@ void Agent::Impl::on_link_message(const std::string& address, Incoming&& in) {
     switch (in.header.type) {
     case wire::Type::welcome: {
         link.welcomed = true;
+        link.triple = std::string(std::get<wire::Welcome>(msg->body).triple);
         auto queued = std::move(link.queued);
         link.queued.clear();
         for (auto id : queued) send_forward(link, id);

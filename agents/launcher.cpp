@@ -1,6 +1,7 @@
 #include "launcher.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -12,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <string_view>
 #include <thread>
 
 namespace bitship::launch {
@@ -47,28 +49,47 @@ std::filesystem::path make_temp_dir(const std::string& prefix) {
 }
 
 AgentProcess::AgentProcess(std::string transport, std::vector<std::string> extra, std::uint16_t port)
+    : AgentProcess(AgentProgram{binary(), {}, kStartTimeout}, std::move(transport), std::move(extra), port) {}
+
+AgentProcess::AgentProcess(const AgentProgram& program, std::string transport, std::vector<std::string> extra,
+                           std::uint16_t port)
     : dir_(make_temp_dir("bitship-agent-")) {
     auto port_file = dir_ / "port";
     auto log_file = dir_ / "agent.log";
-    std::vector<std::string> args{binary(), "--listen", "127.0.0.1:" + std::to_string(port), "--transport", transport,
+    // The child's environment is built before fork: after it, only async-signal-safe calls.
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) {
+        std::string_view entry(*e);
+        auto name = entry.substr(0, entry.find('=') + 1);
+        bool replaced = std::any_of(program.env.begin(), program.env.end(), [&](const std::string& x) {
+            return x.starts_with(name) || x + "=" == name;
+        });
+        if (!replaced) env.emplace_back(entry);
+    }
+    for (const auto& x : program.env)
+        if (x.find('=') != std::string::npos) env.push_back(x);
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> args{program.path, "--listen", "127.0.0.1:" + std::to_string(port), "--transport", transport,
                                   "--port-file", port_file.string(), "--loopback"};
     if (std::find(extra.begin(), extra.end(), "--log-level") == extra.end()) args.insert(args.end(), {"--log-level", "info"});
     args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
-        FILE* log = std::fopen(log_file.c_str(), "w");
-        if (log) {
-            dup2(fileno(log), STDOUT_FILENO);
-            dup2(fileno(log), STDERR_FILENO);
+        int log = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (log >= 0) {
+            dup2(log, STDOUT_FILENO);
+            dup2(log, STDERR_FILENO);
         }
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        execv(argv[0], argv.data());
+        execve(argv[0], argv.data(), envp.data());
         _exit(127);
     }
-    auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
+    auto deadline = std::chrono::steady_clock::now() + program.start_timeout;
     while (std::chrono::steady_clock::now() < deadline) {
         std::ifstream in(port_file);
         unsigned p = 0;

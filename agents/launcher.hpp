@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -13,11 +14,24 @@
 
 namespace bitship::launch {
 
+/// Which xagent to start, and what to add to its environment: another build of it (the
+/// aarch64 one, run through qemu-user by binfmt) and, say, QEMU_CPU for the emulator.
+struct AgentProgram {
+    std::string path;
+    /// Changes to the parent's environment: "NAME=VALUE" sets, "NAME" removes.
+    std::vector<std::string> env;
+    /// How long it may take to listen: an emulated agent starts several times slower.
+    std::chrono::seconds start_timeout{20};
+};
+
 class AgentProcess {
 public:
     /// Starts xagent with `--transport transport --listen 127.0.0.1:port` plus `extra`, and waits
     /// for it to listen. Throws (failing the test) if it does not within kStartTimeout.
     AgentProcess(std::string transport, std::vector<std::string> extra = {}, std::uint16_t port = 0);
+    /// The same with `program` instead of binary().
+    AgentProcess(const AgentProgram& program, std::string transport, std::vector<std::string> extra = {},
+                 std::uint16_t port = 0);
 
     /// The xagent binary started; BITSHIP_XAGENT (set at build time) unless overridden.
     static std::string& binary();

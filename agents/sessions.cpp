@@ -93,6 +93,7 @@ void Agent::Impl::on_message(Incoming&& in) {
         w.cores = topology.cores;
         w.workers = pool->size();
         w.instance = instance;
+        w.caps = topology.caps;
         reply(in.ep, conn, wire::encode_welcome(w));
         return;
     }

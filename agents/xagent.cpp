@@ -85,6 +85,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> peers;
     int self_index = -1;
     std::string peers_file;
+    std::string role = "auto";
 
     std::string metrics;
     app.set_config("--config", "", "read options from this TOML (or INI) file: one `name = value` per option, e.g. "
@@ -125,6 +126,9 @@ int main(int argc, char** argv) {
                                               "address, rank, host, triple and GPU count here once all have met (standalone: this agent alone)")
         ->envname("BITSHIP_PEERS_FILE");
     app.add_option("--metrics", metrics, "serve Prometheus metrics at http://HOST:PORT/metrics")->envname("BITSHIP_METRICS");
+    app.add_option("--role", role, "what this node is, as WELCOME tells clients: host, dpu, or auto (a DPU when a "
+                                  "BlueField PCI function is seen from aarch64 cores)")
+        ->check(CLI::IsMember({"auto", "host", "dpu"}))->capture_default_str();
     app.add_flag("--no-native", no_native, "do not pre-install the native xrdma handlers (chase)");
     app.add_flag("--loopback", loopback, "pin UCX to the loopback device (UCX_NET_DEVICES=lo) unless set already")
         ->envname("BITSHIP_LOOPBACK");
@@ -168,6 +172,7 @@ int main(int argc, char** argv) {
     config.workers_lead = !no_worker_progress;
     config.peers = peers;
     config.self_index = self_index;
+    if (role != "auto") config.role = role == "dpu" ? NodeKind::dpu : NodeKind::host;
     for (const auto& spec : region_specs) {
         auto r = agent::parse_region_spec(spec);
         if (!r) {

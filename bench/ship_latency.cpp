@@ -4,8 +4,11 @@
 //   cached ship         the `empty` kernel with 8-byte arguments, code already on the agent
 //   cold ship           the first call to a fresh agent: bundle transfer + JIT + run, with
 //                       the agent's own split of the compile
-// The agents are real xagent processes started here on loopback.
+// The agents are real xagent processes started here on loopback. With --agent-arch aarch64
+// they are the aarch64 cross build run by qemu-user: EMULATED figures, which measure qemu on
+// this machine, not a DPU, and are not comparable with native ones.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -18,6 +21,7 @@
 #include <bench_kernels.hpp>
 #include <bitship/client.hpp>
 
+#include "emulated_agent.hpp"
 #include "launcher.hpp"
 #include "stats.hpp"
 
@@ -38,6 +42,8 @@ struct Config {
     unsigned spin_us = 200;
     unsigned worker_spin_us = 0;
     std::string csv, json;
+    std::string agent_arch = "x86_64";
+    std::string emulated_cpu = "neoverse-n1";
 };
 
 Client make_client(Transport t, const Config& cfg) {
@@ -87,6 +93,12 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
     app.add_option("--spin-us", cfg.spin_us, "spin window before sleeping (spin-then-block)")->capture_default_str();
     app.add_option("--worker-spin-us", cfg.worker_spin_us, "agent: an idle worker polls this long before sleeping")->capture_default_str();
+    app.add_option("--agent-arch", cfg.agent_arch,
+                   "agents to ship to: x86_64 (this machine's xagent) or aarch64 (the cross build, preset aarch64, run by "
+                   "qemu-user: EMULATED figures, TCP only; $BITSHIP_AARCH64_XAGENT overrides where it is)")
+        ->check(CLI::IsMember({"x86_64", "aarch64"}))->capture_default_str();
+    app.add_option("--emulated-cpu", cfg.emulated_cpu, "with --agent-arch aarch64: the CPU qemu emulates (QEMU_CPU)")
+        ->capture_default_str();
     app.add_flag("--quick", quick, "fewer repetitions (2000 timed, 3 cold)");
     app.add_option("--csv", cfg.csv, "write the rows as CSV here");
     app.add_option("--json", cfg.json, "write the rows as JSON here");
@@ -96,16 +108,48 @@ int main(int argc, char** argv) {
         cfg.warmup = 500;
         cfg.cold_reps = 3;
     }
+    const bool emulated = cfg.agent_arch == "aarch64";
+    launch::AgentProgram program{launch::AgentProcess::binary(), {}, std::chrono::seconds(20)};
+    std::string emulated_banner;
+    if (emulated) {
+        auto arm = launch::find_aarch64_agent(cfg.emulated_cpu);
+        if (!arm.program) {
+            fmt::print(stderr, "ship_latency: --agent-arch aarch64: {}\n", arm.why_not);
+            return 2;
+        }
+        program = *arm.program;
+        if (std::any_of(transports.begin(), transports.end(), [](const auto& t) { return t != "tcp"; })) {
+            if (app.count("--transport") > 0) {
+                fmt::print(stderr, "ship_latency: --agent-arch aarch64 measures TCP only (x86-64 client, emulated agent)\n");
+                return 2;
+            }
+            transports = {"tcp"};
+        }
+        emulated_banner = fmt::format("EMULATED: the agents are the aarch64 xagent ({}) run by qemu-user with "
+                                      "QEMU_CPU={} on this x86-64 machine.\nThese figures measure qemu, not a DPU: "
+                                      "do not compare them with native ones.",
+                                      program.path, cfg.emulated_cpu);
+        fmt::print("{}\n", emulated_banner);
+    }
 
-    fmt::print("ship_latency: {} | progress {} (spin {} us) for client and agent | the waiting caller leads progress | "
+    fmt::print("ship_latency: {}{} | progress {} (spin {} us) for client and agent | the waiting caller leads progress | "
                "agent: 1 worker thread, worker spin {} us\n",
-               bench::cpu_description(), cfg.progress, cfg.spin_us, cfg.worker_spin_us);
+               bench::cpu_description(), emulated ? " | agents: aarch64 EMULATED (qemu-user)" : "", cfg.progress, cfg.spin_us,
+               cfg.worker_spin_us);
     fmt::print("  {} timed reps (ping and cached ship alternate) after {} warm-up; {} cold ships, each to a fresh agent;"
                " all on loopback, processes unpinned\n\n",
                cfg.reps, cfg.warmup, cfg.cold_reps);
     fmt::print("{:<5} {:<28} {:>10} {:>10} {:>10} {:>10}\n", "tl", "call", "median us", "p99 us", "min us", "max us");
 
     std::vector<Row> rows;
+    // Emulated rows say so in the CSV too.
+    auto labels = [&](const std::string& tl, const std::string& call) {
+        std::vector<std::pair<std::string, std::string>> l;
+        if (emulated) l.emplace_back("agent", "aarch64-EMULATED-qemu");
+        l.emplace_back("transport", tl);
+        l.emplace_back("call", call);
+        return l;
+    };
     std::vector<std::string> verdicts;
     const std::uint64_t arg = 7;
     auto print = [&](const std::string& tl, const std::string& what, const Summary& s) {
@@ -118,10 +162,14 @@ int main(int argc, char** argv) {
             Summary ping_s, cached_s;
             std::size_t code_bytes = 0;
             {
-                launch::AgentProcess agent(tl, agent_args(cfg));
+                launch::AgentProcess agent(program, tl, agent_args(cfg));
                 auto client = make_client(*transport, cfg);
                 auto target = client.connect(agent.address());
                 if (!target) throw std::runtime_error(target.error().describe());
+                if (emulated)
+                    fmt::print("agent: {} tuned for {} (LLVM {}), {} cores, kind {}\n", target->info().triple,
+                               target->info().cpu, to_string(target->info().llvm), target->info().cores,
+                               to_string(target->info().capabilities.kind));
                 Bytes eight(8);
                 auto ping = [&] { must(client.ping(*target, eight).get(), "ping"); };
                 auto ship = [&] { must(client.ship(bench_kernels::empty, *target, arg).get(), "cached ship"); };
@@ -141,9 +189,9 @@ int main(int argc, char** argv) {
                 print(tl, "raw AM round trip (8 B)", ping_s);
                 print(tl, "cached ship (empty, 8 B)", cached_s);
                 print(tl, fmt::format("ping with {} B (code size)", code_bytes), transfer);
-                rows.push_back({{{"transport", tl}, {"call", "raw_am_rtt"}}, ping_s, {}});
-                rows.push_back({{{"transport", tl}, {"call", "cached_ship"}}, cached_s, {}});
-                rows.push_back({{{"transport", tl}, {"call", "ping_code_sized"}}, transfer, {{"bytes", double(code_bytes)}}});
+                rows.push_back({labels(tl, "raw_am_rtt"), ping_s, {}});
+                rows.push_back({labels(tl, "cached_ship"), cached_s, {}});
+                rows.push_back({labels(tl, "ping_code_sized"), transfer, {{"bytes", double(code_bytes)}}});
                 double ratio = cached_s.median / ping_s.median;
                 verdicts.push_back(fmt::format("{}: cached ship / raw AM round trip = {:.2f}x (target <= 1.25x) {}", tl, ratio,
                                                ratio <= 1.25 ? "MET" : "MISSED"));
@@ -152,7 +200,7 @@ int main(int argc, char** argv) {
             std::vector<double> cold;
             std::map<std::string, std::vector<double>> split;
             for (int i = 0; i < cfg.cold_reps; ++i) {
-                launch::AgentProcess agent(tl, agent_args(cfg));
+                launch::AgentProcess agent(program, tl, agent_args(cfg));
                 auto client = make_client(*transport, cfg);
                 auto target = client.connect(agent.address());
                 if (!target) throw std::runtime_error(target.error().describe());
@@ -166,7 +214,7 @@ int main(int argc, char** argv) {
             }
             auto cold_s = bench::summarise(cold);
             print(tl, "cold ship (first call, JIT)", cold_s);
-            Row cold_row{{{"transport", tl}, {"call", "cold_ship"}}, cold_s, {}};
+            Row cold_row{labels(tl, "cold_ship"), cold_s, {}};
             double accounted = 0;
             for (auto stage : {"verify", "parse", "optimise", "codegen", "link"}) {
                 auto s = bench::summarise(split[stage]);
@@ -184,8 +232,14 @@ int main(int argc, char** argv) {
         return 1;
     }
     fmt::print("\n");
-    for (const auto& v : verdicts) fmt::print("{}\n", v);
+    if (emulated) {
+        // The targets are for native agents; against qemu they would mean nothing.
+        fmt::print("{}\n(no targets checked: they are for native agents)\n", emulated_banner);
+    } else {
+        for (const auto& v : verdicts) fmt::print("{}\n", v);
+    }
     std::vector<std::pair<std::string, std::string>> config{{"cpu", bench::cpu_description()},
+                                                            {"agent_arch", emulated ? "aarch64 (EMULATED, qemu-user)" : cfg.agent_arch},
                                                             {"progress", cfg.progress},
                                                             {"spin_us", std::to_string(cfg.spin_us)},
                                                             {"worker_spin_us", std::to_string(cfg.worker_spin_us)},

@@ -26,13 +26,26 @@ if(NOT DEFINED BITSHIP_KERNEL_INCLUDE_DIR)
   set(BITSHIP_KERNEL_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../include")
 endif()
 
-function(_bitship_arch_triple arch out_triple out_cpu)
+# Each architecture's triple and CPU baseline: what the front end may assume of the machine
+# (predefined __ARM_FEATURE_* macros, which intrinsics a kernel may call). The agent rewrites
+# target-cpu and target-features to its own CPU before code generation, so the baseline is a
+# floor for the source, not the code's tuning.
+#
+# aarch64 is the DPU class: BlueField-3's Cortex-A78AE cores are Armv8.2-A (+crypto, dotprod,
+# fp16, rcpc); BlueField-2's Cortex-A72 cores are Armv8.0-A + CRC + crypto. The baseline is
+# Armv8.2-A + crypto (AES, SHA-2) and no optional v8.2 extension: the BlueField-3 ISA level,
+# without dotprod/fp16/rcpc, which BlueField-2 lacks. What v8.1/v8.2 adds beyond that (LSE
+# atomics, RDM) is chosen in the back end from the agent's own features, so a kernel that calls
+# no v8.1/v8.2-only intrinsic runs on both generations. x86_64 stays at clang's x86-64 default.
+function(_bitship_arch_triple arch out_triple out_cpu out_flags)
   if(arch STREQUAL "x86_64")
     set(${out_triple} "x86_64-unknown-linux-gnu" PARENT_SCOPE)
     set(${out_cpu} "x86-64" PARENT_SCOPE)
+    set(${out_flags} "" PARENT_SCOPE)
   elseif(arch STREQUAL "aarch64")
     set(${out_triple} "aarch64-unknown-linux-gnu" PARENT_SCOPE)
-    set(${out_cpu} "generic" PARENT_SCOPE)
+    set(${out_cpu} "armv8.2-a+crypto" PARENT_SCOPE)
+    set(${out_flags} "-march=armv8.2-a+crypto" PARENT_SCOPE)
   else()
     message(FATAL_ERROR "bitship_add_kernels: architecture '${arch}' is not supported yet (x86_64, aarch64)")
   endif()
@@ -63,16 +76,16 @@ function(bitship_add_kernels)
     list(APPEND _includes "-I${dir}")
   endforeach()
   foreach(arch IN LISTS K_ARCHS)
-    _bitship_arch_triple(${arch} _triple _cpu)
+    _bitship_arch_triple(${arch} _triple _cpu _baseline)
     # Another architecture's slice needs that architecture's C headers: Debian's cross libc
     # (libc6-dev-arm64-cross) when installed, else freestanding (kernel.h alone still works).
-    set(_arch_flags)
+    set(_arch_flags ${_baseline})
     if(NOT arch STREQUAL CMAKE_SYSTEM_PROCESSOR)
       if(EXISTS "/usr/${arch}-linux-gnu/include")
-        set(_arch_flags -nostdinc -isystem ${BITSHIP_KERNEL_CLANG_RESOURCE_DIR}/include
+        list(APPEND _arch_flags -nostdinc -isystem ${BITSHIP_KERNEL_CLANG_RESOURCE_DIR}/include
                         -isystem /usr/${arch}-linux-gnu/include)
       else()
-        set(_arch_flags -ffreestanding)
+        list(APPEND _arch_flags -ffreestanding)
       endif()
     endif()
     set(_arch_bcs)

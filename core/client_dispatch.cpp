@@ -109,18 +109,23 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
                                                       agent_name(p), p.info->max_args)));
         return;
     }
+    // A call that may forward carries every slice: agents of other architectures on its way
+    // get theirs from the agent before them (agents/slice_siblings.hpp). Bundles that share
+    // this slice may differ in others, so which bundle went whole is kept per bundle.
+    const bool travels = !c->peers.empty() || c->forward;
+    auto code = travels ? c->bundle : std::span<const std::byte>(*choice->code);
     if (!p.known) p.known = &known[p.address];
-    auto& known_here = *p.known;
+    auto& known_here = travels ? known_whole[{p.address, c->bundle.data()}] : *p.known;
     with_code = with_code || !known_here.contains(c->hash);
-    if (with_code && choice->code->size() + c->args.size() > p.info->max_message) {
+    if (with_code && code.size() + c->args.size() > p.info->max_message) {
         c->complete(fail(Errc::too_large, fmt::format("code ({} bytes) and arguments exceed {}'s message limit of {}",
-                                                      choice->code->size(), agent_name(p), p.info->max_message)));
+                                                      code.size(), agent_name(p), p.info->max_message)));
         return;
     }
-    send_run_message(p, c, with_code ? std::span<const std::byte>(*choice->code) : std::span<const std::byte>{});
+    send_run_message(p, c, with_code ? code : std::span<const std::byte>{});
     if (with_code) {
         bundles_sent.fetch_add(1, std::memory_order_relaxed);
-        bundle_bytes_sent.fetch_add(choice->code->size(), std::memory_order_relaxed);
+        bundle_bytes_sent.fetch_add(code.size(), std::memory_order_relaxed);
         known_here.insert(c->hash);
     }
 }

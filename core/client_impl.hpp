@@ -143,6 +143,8 @@ struct Client::Impl {
     // Hashes each agent address holds, kept across reconnects: a restarted agent that lost
     // them answers NEED_CODE and gets the code once.
     std::map<std::string, std::set<CodeHash>> known;
+    // The same for calls that may forward, which carry every slice of their bundle.
+    std::map<std::pair<std::string, const void*>, std::set<CodeHash>> known_whole;
     std::map<std::pair<CodeHash, std::size_t>, Result<SliceChoice>> forced_slices;
     std::map<std::pair<std::uint64_t, std::string>, RemoteRegion> regions;
     std::map<std::pair<ucp_ep_h, const Bytes*>, MappedRkey> rkeys;

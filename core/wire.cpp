@@ -129,6 +129,11 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         if (!agent || !triple || !cpu || !major || !minor || !patch || !max_message || !max_args || !max_result ||
             !cores || !workers || !instance)
             return truncated(t, "fields");
+        auto caps_block = in.blob32();
+        if (!caps_block) return truncated(t, "capabilities");
+        auto caps = decode_capabilities(*caps_block);
+        if (!caps) return tl::make_unexpected(caps.error());
+        w.caps = std::move(*caps);
         w.agent = *agent;
         w.triple = *triple;
         w.cpu = *cpu;
@@ -362,6 +367,7 @@ Encoded encode_welcome(const Welcome& x) {
     w.u32(x.cores);
     w.u32(x.workers);
     w.u64(x.instance);
+    w.blob32(encode_capabilities(x.caps));
     return finish(start(Type::welcome, 0), std::move(w));
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <bitship/bundle.hpp>
+#include <bitship/capabilities.hpp>
 #include <bitship/errc.hpp>
 
 namespace bitship::wire {
@@ -87,6 +88,10 @@ struct Welcome {
     std::uint32_t cores = 0;
     std::uint32_t workers = 0;
     std::uint64_t instance = 0; ///< random per agent start
+    /// Carried as one length-prefixed block after the fields above. Its fields are read in
+    /// order; bytes after the last field this build knows are ignored, so later fields (GPU
+    /// details, ...) are appended at its end without breaking older decoders.
+    Capabilities caps;
 };
 
 /// Arguments start at this alignment within the payload (payload buffers are allocated at
@@ -221,6 +226,11 @@ struct Encoded {
     Header header;
     std::vector<std::byte> payload;
 };
+
+/// The WELCOME capabilities block (Welcome::caps): written by encode_welcome, read by decode.
+/// Decoding refuses a block that ends inside a field or names an unknown node kind.
+std::vector<std::byte> encode_capabilities(const Capabilities& caps);
+Result<Capabilities> decode_capabilities(std::span<const std::byte> block);
 
 Encoded encode_hello(std::string_view client);
 Encoded encode_welcome(const Welcome& w);

@@ -9,6 +9,13 @@
 #include <algorithm>
 #include <vector>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+
+#include <fmt/format.h>
+#endif
+
 namespace bitship::jit {
 namespace {
 
@@ -24,10 +31,35 @@ std::string feature_string() {
     return out;
 }
 
+#if defined(__aarch64__) && defined(__linux__)
+// LLVM names an Arm CPU from /proc/cpuinfo. Under qemu-user (how the tests run aarch64 agents
+// on x86-64) that file is the build machine's and says nothing about the emulated CPU, so LLVM
+// answers "generic". The CPU's own MIDR_EL1 (implementer, part) is readable from user space when
+// the kernel, or qemu, emulates ID-register reads (HWCAP_CPUID); LLVM's parser takes it in
+// /proc/cpuinfo's words. On real Arm machines /proc/cpuinfo names the CPU and this is not used.
+std::string cpu_from_midr() {
+    if ((getauxval(AT_HWCAP) & HWCAP_CPUID) == 0) return "generic";
+    std::uint64_t midr = 0;
+    asm volatile("mrs %0, MIDR_EL1" : "=r"(midr));
+    constexpr unsigned kImplementerShift = 24, kPartShift = 4;
+    auto text = fmt::format("CPU implementer\t: {:#x}\nCPU part\t: {:#05x}\n", (midr >> kImplementerShift) & 0xff,
+                            (midr >> kPartShift) & 0xfff);
+    return llvm::sys::detail::getHostCPUNameForARM(text).str();
+}
+#endif
+
+std::string cpu_name() {
+    std::string cpu = llvm::sys::getHostCPUName().str();
+#if defined(__aarch64__) && defined(__linux__)
+    if (cpu == "generic") cpu = cpu_from_midr();
+#endif
+    return cpu;
+}
+
 HostInfo detect() {
     HostInfo info;
     info.triple = llvm::sys::getProcessTriple();
-    info.cpu = llvm::sys::getHostCPUName().str();
+    info.cpu = cpu_name();
     info.features = feature_string();
     info.llvm = {LLVM_VERSION_MAJOR, LLVM_VERSION_MINOR, LLVM_VERSION_PATCH};
     return info;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include <bitship/bundle.hpp>
+#include <bitship/capabilities.hpp>
 #include <bitship/errc.hpp>
 #include <bitship/transport.hpp>
 
@@ -47,7 +48,7 @@ struct Kernel {
 struct AgentInfo {
     std::string address;   ///< "host:port" as we dialled it
     std::string triple;    ///< the agent's target triple; we send it only the matching slice
-    std::string cpu;       ///< the host CPU its JIT tunes for
+    std::string cpu;       ///< the CPU its JIT tunes for (LLVM's name: "znver3", "neoverse-n1")
     LlvmVersion llvm;      ///< slices from a newer LLVM are refused
     std::uint64_t max_message = 0;
     std::uint32_t max_args = 0;
@@ -55,6 +56,9 @@ struct AgentInfo {
     std::uint32_t cores = 0;
     std::uint32_t workers = 0;
     std::uint64_t instance = 0; ///< changes when the agent restarts
+    /// Host or DPU (and why), hardware threads, NUMA nodes and their memory, the CPU's name,
+    /// GPUs: read by the agent with hwloc.
+    Capabilities capabilities;
 };
 
 /// A connected agent. Cheap to copy; valid while its Client lives. If the agent goes away,

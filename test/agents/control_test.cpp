@@ -185,7 +185,7 @@ TEST_CASE("xctl info says what the agent is, ping answers, cache control says it
     CHECK(info["llvm"].get<std::string>().rfind("19.", 0) == 0);
     CHECK(std::stoi(info["cores"].get<std::string>()) >= 1);
     CHECK(std::stoi(info["numa_nodes"].get<std::string>()) >= 1);
-    CHECK(info["gpus"] == "n/a");
+    CHECK(info["gpus"] == "0"); // from WELCOME's capabilities: no GPU path yet
     CHECK(info["sandbox"] == "n/a");
     CHECK(info["trust"] == "n/a");
     CHECK(info["pid"] == std::to_string(agent.pid()));

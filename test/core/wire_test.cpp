@@ -209,3 +209,107 @@ TEST_CASE("a WELCOME whose strings run short is refused (fuzzer find)", "[unit]"
         CHECK(m.error().code == Errc::malformed_message);
     }
 }
+
+namespace {
+
+wire::Welcome welcome_with_caps() {
+    wire::Welcome w;
+    w.agent = "127.0.0.1:7000";
+    w.triple = "aarch64-unknown-linux-gnu";
+    w.cpu = "neoverse-n1";
+    w.llvm = {19, 1, 7};
+    w.cores = 16;
+    w.workers = 16;
+    w.instance = 7;
+    w.caps.kind = NodeKind::dpu;
+    w.caps.kind_reason = "BlueField-3 (PCI 15b3:a2dc) on aarch64 cores";
+    w.caps.pus = 16;
+    w.caps.numa = {{0, 16ull << 30}, {1, 8ull << 30}};
+    w.caps.cpu_model = "Cortex-A78AE";
+    w.caps.gpus = 0;
+    return w;
+}
+
+} // namespace
+
+TEST_CASE("WELCOME carries the agent's capabilities: kind, threads, NUMA nodes and their memory, CPU model, GPUs", "[unit]") {
+    auto e = wire::encode_welcome(welcome_with_caps());
+    auto m = wire::decode(e.header, e.payload);
+    REQUIRE(m);
+    const auto& got = std::get<wire::Welcome>(m->body);
+    CHECK(got.cpu == "neoverse-n1");
+    CHECK(got.caps.kind == NodeKind::dpu);
+    CHECK(got.caps.kind_reason == "BlueField-3 (PCI 15b3:a2dc) on aarch64 cores");
+    CHECK(got.caps.pus == 16);
+    REQUIRE(got.caps.numa.size() == 2);
+    CHECK(got.caps.numa[1].os_index == 1);
+    CHECK(got.caps.numa[1].memory_bytes == 8ull << 30);
+    CHECK(got.caps.cpu_model == "Cortex-A78AE");
+    CHECK(got.caps.gpus == 0);
+    CHECK(std::string(to_string(got.caps.kind)) == "dpu");
+}
+
+TEST_CASE("a capabilities block with fields this build does not know decodes: later fields are appended", "[unit]") {
+    auto block = wire::encode_capabilities(welcome_with_caps().caps);
+    block.insert(block.end(), {std::byte{0xaa}, std::byte{0xbb}, std::byte{0xcc}});
+    auto c = wire::decode_capabilities(block);
+    REQUIRE(c);
+    CHECK(c->gpus == 0);
+    CHECK(c->numa.size() == 2);
+}
+
+TEST_CASE("a capabilities block cut inside any field is refused, never read past", "[unit]") {
+    const auto block = wire::encode_capabilities(welcome_with_caps().caps);
+    for (std::size_t n = 0; n < block.size(); ++n) {
+        auto c = wire::decode_capabilities(std::span(block).first(n));
+        INFO("block cut to " << n << " of " << block.size() << " bytes");
+        REQUIRE_FALSE(c);
+        CHECK(c.error().code == Errc::malformed_message);
+    }
+    // A whole WELCOME cut inside its capabilities: the block's length prefix overruns.
+    auto e = wire::encode_welcome(welcome_with_caps());
+    e.payload.resize(e.payload.size() - 5);
+    auto m = wire::decode(e.header, e.payload);
+    REQUIRE_FALSE(m);
+    CHECK(m.error().code == Errc::malformed_message);
+    CHECK_THAT(m.error().message, Catch::Contains("capabilities"));
+}
+
+TEST_CASE("a capabilities block claiming more NUMA nodes than bytes, or an unknown node kind, is refused", "[unit]") {
+    auto caps = welcome_with_caps().caps;
+    caps.numa.clear();
+    auto block = wire::encode_capabilities(caps);
+    // The NUMA count sits after kind (1), the reason (2 + length) and pus (4).
+    const auto count_at = 1 + 2 + caps.kind_reason.size() + 4;
+    block[count_at] = std::byte{0xff};
+    block[count_at + 1] = std::byte{0xff};
+    auto c = wire::decode_capabilities(block);
+    REQUIRE_FALSE(c);
+    CHECK(c.error().code == Errc::malformed_message);
+    CHECK_THAT(c.error().message, Catch::Contains("numa"));
+
+    auto bad_kind = wire::encode_capabilities(caps);
+    bad_kind[0] = std::byte{9};
+    auto k = wire::decode_capabilities(bad_kind);
+    REQUIRE_FALSE(k);
+    CHECK(k.error().code == Errc::malformed_message);
+    CHECK_THAT(k.error().message, Catch::Contains("node kind 9"));
+}
+
+TEST_CASE("the fuzz corpus' WELCOME seed is a valid WELCOME with every capability field", "[unit]") {
+    // The seed the wire fuzzer starts from (test/core/fuzz_corpus/seed_welcome_caps): header +
+    // payload as they travel, so mutations reach each capability field.
+    std::ifstream in(BITSHIP_WIRE_CORPUS "/seed_welcome_caps", std::ios::binary);
+    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(chars.size() > sizeof(wire::Header));
+    auto bytes = std::as_bytes(std::span(chars));
+    auto payload = bytes.subspan(sizeof(wire::Header));
+    auto h = wire::decode_header(bytes.first(sizeof(wire::Header)), payload.size());
+    REQUIRE(h);
+    auto m = wire::decode(*h, payload);
+    REQUIRE(m);
+    const auto& w = std::get<wire::Welcome>(m->body);
+    CHECK(w.caps.kind == NodeKind::dpu);
+    CHECK(w.caps.numa.size() == 2);
+    CHECK(w.caps.cpu_model == "Cortex-A78AE");
+}

@@ -1,0 +1,40 @@
+#pragma once
+/// @file
+/// What an agent's machine offers, as the agent reports it in WELCOME (read there with hwloc),
+/// so clients and the planner see where they ship. `AgentInfo::capabilities` holds it.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace bitship {
+
+/// The kind of node an agent runs on.
+enum class NodeKind : std::uint8_t {
+    host = 1, ///< a host's CPU
+    dpu = 2,  ///< a DPU's own cores (BlueField's Arm cores)
+};
+
+/// "host" or "dpu".
+const char* to_string(NodeKind kind) noexcept;
+
+/// One NUMA node of the agent's machine.
+struct NumaNode {
+    std::uint32_t os_index = 0;     ///< the OS's number for it (node0, node1, ...)
+    std::uint64_t memory_bytes = 0; ///< its local memory; 0 when the OS does not say
+};
+
+/// The agent's machine. Cores and the CPU LLVM tunes for are `AgentInfo::cores` and
+/// `AgentInfo::cpu`; these are the rest.
+struct Capabilities {
+    NodeKind kind = NodeKind::host;
+    /// Why the agent says `kind`: "xagent --role dpu", "BlueField-3 (PCI 15b3:a2dc) on aarch64
+    /// cores", "no BlueField PCI function seen", ...
+    std::string kind_reason;
+    std::uint32_t pus = 0;        ///< hardware threads
+    std::vector<NumaNode> numa;   ///< at least one when the agent could read its topology
+    std::string cpu_model;        ///< the CPU's own name (hwloc's CPUModel), "" when unknown
+    std::uint32_t gpus = 0;       ///< GPUs the agent can run kernels on (none yet)
+};
+
+} // namespace bitship
