@@ -198,9 +198,9 @@ void Engine::post(std::function<void()> fn) {
     {
         std::lock_guard lock(posted_mutex_);
         posted_.push_back(std::move(fn));
-        has_posted_.store(true, std::memory_order_release);
+        has_posted_.store(true, std::memory_order_seq_cst);
     }
-    if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_.get());
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) ucp_worker_signal(worker_.get());
     if (guest_busy_.load(std::memory_order_acquire)) {
         std::lock_guard lock(guest_mutex_);
         guest_cv_.notify_all();
@@ -603,17 +603,19 @@ int Engine::sleep_timeout_ms(bool engine_thread) const {
 }
 
 bool Engine::sleep_until_event(std::unique_lock<std::mutex>& token, bool release_token, int timeout_ms) {
-    sleeping_.store(true, std::memory_order_seq_cst);
-    // A post() or a guest asking for the token that raced with us saw sleeping_ false and did
-    // not signal: look once more (both sides store, then load, sequentially consistent).
+    // Counted, not flagged: the engine's thread (without the token) and a leading guest may
+    // sleep at once, and one waking must not hide the other from post().
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    // A post() or a guest asking for the token that raced with us saw no sleeper and did not
+    // signal: look once more (both sides store, then load, sequentially consistent).
     if (has_posted_.load(std::memory_order_seq_cst) || stopping_.load() ||
         (release_token && guests_.load(std::memory_order_seq_cst) > 0)) {
-        sleeping_.store(false);
+        sleepers_.fetch_sub(1, std::memory_order_seq_cst);
         return true;
     }
     auto s = ucp_worker_arm(worker_.get());
     if (s != UCS_OK) { // UCS_ERR_BUSY: events are pending, do not sleep
-        sleeping_.store(false, std::memory_order_relaxed);
+        sleepers_.fetch_sub(1, std::memory_order_seq_cst);
         return true;
     }
     pollfd pfd{event_fd_, POLLIN, 0};
@@ -622,7 +624,7 @@ bool Engine::sleep_until_event(std::unique_lock<std::mutex>& token, bool release
     if (release_token) token.unlock();
     while (::poll(&pfd, 1, timeout_ms) < 0 && errno == EINTR) {
     }
-    sleeping_.store(false, std::memory_order_relaxed);
+    sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     if (release_token) return token.try_lock();
     return true;
 }
@@ -676,8 +678,8 @@ void Engine::lead_locked(std::unique_lock<std::mutex>& token, const std::functio
 
 void Engine::lead_until(const std::function<bool()>& done) {
     guests_.fetch_add(1, std::memory_order_seq_cst);
-    // The engine's thread may sleep; if it is awake it sees guests_ itself.
-    if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_.get());
+    // No signal needed: the engine's thread never sleeps holding the token, and when awake it
+    // sees guests_ within one pass.
     {
         std::unique_lock token(token_);
         lead_locked(token, done, Clock::time_point::max());
@@ -761,7 +763,7 @@ void Engine::run_released(const std::function<void()>& fn) {
     fn();
     guest_busy_.store(false, std::memory_order_release);
     // The engine's thread may have taken over meanwhile: it lets go once it sees us back.
-    if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_.get());
+    if (sleepers_.load(std::memory_order_seq_cst) > 0) ucp_worker_signal(worker_.get());
     token_.lock();
     guest_leading_.store(was_leading, std::memory_order_relaxed);
 }

@@ -249,7 +249,7 @@ private:
     std::condition_variable handoff_cv_;
     std::uint64_t handoff_generation_ = 0;
     std::atomic<int> handoff_sleepers_{0};
-    std::atomic<bool> sleeping_{false};
+    std::atomic<int> sleepers_{0}; ///< threads asleep on the event fd
     std::atomic<std::uint64_t> bytes_sent_{0};
 
     std::mutex posted_mutex_;
