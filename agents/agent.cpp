@@ -76,7 +76,7 @@ struct Link {
     X(malformed_messages) X(kernel_failures) X(kernel_crashes) X(kernel_timeouts) X(pings)           \
     X(forwards) X(forwards_local) X(code_forwarded) X(native_runs)                                  \
     X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
-    X(last_compile_codegen_ns) X(last_compile_link_ns)
+    X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};
@@ -336,8 +336,9 @@ struct Agent::Impl {
         counters.last_compile_optimise_ns.store(ns(s.optimise_ms), std::memory_order_relaxed);
         counters.last_compile_codegen_ns.store(ns(s.codegen_ms), std::memory_order_relaxed);
         counters.last_compile_link_ns.store(ns(s.link_ms), std::memory_order_relaxed);
-        spdlog::info("compiled {}{}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
-                     to_hex(hash, 16), s.from_disk ? " (from disk cache)" : "", s.verify_ms, s.parse_ms, s.optimise_ms,
+        counters.last_compile_tier.store(s.tier, std::memory_order_relaxed);
+        spdlog::info("compiled {} at tier {}{}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
+                     to_hex(hash, 16), s.tier, s.from_object ? " (object from disk cache)" : s.from_disk ? " (from disk cache)" : "", s.verify_ms, s.parse_ms, s.optimise_ms,
                      s.codegen_ms, s.link_ms);
         for (auto& r : waiting) run_compiled(std::move(r), *code);
     }
@@ -622,6 +623,9 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     jo.exports.insert(jo.exports.end(), config.exports.begin(), config.exports.end());
     jo.opt_level = config.opt_level;
     jo.cache_dir = config.cache_dir;
+    jo.tiers = config.jit_tiers;
+    jo.cache_mib = config.cache_mib;
+    jo.cache_disk_mib = config.cache_disk_mib;
     auto jit = jit::Jit::create(std::move(jo));
     if (!jit) return tl::make_unexpected(jit.error());
     impl->jit = std::move(*jit);

@@ -72,6 +72,10 @@ int main(int argc, char** argv) {
     app.add_option("--workers", config.workers, "threads that compile and run kernels (0: one per core)")->capture_default_str();
     app.add_option("--cache-dir", cache_dir, "keep compiled code here across restarts (default: memory only)");
     app.add_option("--opt-level", config.opt_level, "JIT optimisation level")->check(CLI::Range(0, 3))->capture_default_str();
+    app.add_option("--jit-tiers", config.jit_tiers, "2: new code compiled fast, then optimised in the background; 1: optimised at once")
+        ->check(CLI::Range(1, 2))->capture_default_str();
+    app.add_option("--cache-mib", config.cache_mib, "cap on compiled code in memory, MiB (0: unbounded)")->capture_default_str();
+    app.add_option("--cache-disk-mib", config.cache_disk_mib, "cap on --cache-dir, MiB (0: unbounded)")->capture_default_str();
     app.add_option("--kernel-timeout-ms", timeout_ms, "stop a kernel that runs longer than this, checked every 5 ms (0: never)")->capture_default_str();
     app.add_option("--max-message", max_message, "largest message accepted, bytes")->capture_default_str();
     app.add_option("--max-args", max_args, "largest argument block, bytes")->capture_default_str();
