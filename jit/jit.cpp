@@ -86,7 +86,11 @@ public:
     JitImpl& operator=(const JitImpl&) = delete;
 
     CodeResult compile(std::span<const std::byte> bundle, const CodeHash& expected) override {
-        return compile_once(expected, [&] { return from_bundle(bundle, expected, false); });
+        return compile_once(expected, [&]() -> CodeResult {
+            // A restarted agent that a client sends the code again: its object is still best.
+            if (auto code = from_object(expected)) return code;
+            return from_bundle(bundle, expected, false);
+        });
     }
 
     std::shared_ptr<const CompiledCode> find(const CodeHash& hash) const override { return cache_->find(hash); }
@@ -162,15 +166,7 @@ private:
     /// bundle, compiled again.
     CodeResult from_disk(const CodeHash& hash) {
         const std::string hex = to_hex(hash, kHashDigitsInMessages);
-        if (cache_->on_disk(hash, DiskFile::object)) {
-            auto linked = link_cached_object(hash);
-            if (linked) return cache_->insert(*linked);
-            // Made by another LLVM or for another CPU, torn, or refused by the linker: the
-            // bundle is still there, so the object is replaced, not trusted.
-            spdlog::warn("jit: disk cache object {} refused ({}); compiling its bundle again", hex,
-                         linked.error().describe());
-            cache_->remove(hash, DiskFile::object);
-        }
+        if (auto code = from_object(hash)) return code;
         auto bytes = cache_->read(hash, DiskFile::bundle);
         if (!bytes) return tl::make_unexpected(bytes.error());
         auto code = from_bundle(*bytes, hash, true);
@@ -182,6 +178,20 @@ private:
                                                         code.error().describe()));
         }
         return code;
+    }
+
+    /// The disk cache's object for `hash` linked and cached, or nullptr when there is none or
+    /// it is refused (then it is removed: the bundle makes a new one).
+    std::shared_ptr<const CompiledCode> from_object(const CodeHash& hash) {
+        if (!cache_->on_disk(hash, DiskFile::object)) return nullptr;
+        auto linked = link_cached_object(hash);
+        if (linked) return cache_->insert(*linked);
+        // Made by another LLVM or for another CPU, torn, or refused by the linker: the
+        // bundle is still there, so the object is replaced, not trusted.
+        spdlog::warn("jit: disk cache object {} refused ({}); compiling its bundle again",
+                     to_hex(hash, kHashDigitsInMessages), linked.error().describe());
+        cache_->remove(hash, DiskFile::object);
+        return nullptr;
     }
 
     CodeResult link_cached_object(const CodeHash& hash) {

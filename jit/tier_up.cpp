@@ -1,12 +1,20 @@
 #include "tier_up.hpp"
 
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <exception>
 
 #include <spdlog/spdlog.h>
 
 namespace bitship::jit {
+namespace {
+/// Below the agent's threads: a tier-1 compile takes milliseconds of CPU that the call it
+/// follows (run, reply) and later calls need more. Linux nices threads one by one.
+constexpr int kTierUpNice = 10;
+} // namespace
 
 TierUp::TierUp() : thread_([this] { run(); }) {
     // Named so that top, perf and gdb tell it apart from the agent's workers.
@@ -39,6 +47,8 @@ void TierUp::drain() {
 }
 
 void TierUp::run() {
+    // Best effort: an unprivileged thread may always lower its own priority.
+    (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kTierUpNice);
     std::unique_lock lock(mutex_);
     for (;;) {
         wake_.wait(lock, [this] { return stop_ || !queue_.empty(); });

@@ -6,8 +6,14 @@
 // program would grow from this.
 //
 //   ./build/test/jit/jit_compile_timing [opt_level...]      (default: 0 1 2 3; tier 0 always)
+//   BITSHIP_TIMING_BITCODE=k.bc BITSHIP_TIMING_ENTRY=name ./build/test/jit/jit_compile_timing
+//       times that kernel instead (its variants differ only in a bitcode wrapper header)
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -55,8 +61,23 @@ int main(int argc, char** argv) {
     if (levels.empty()) levels = {0, 1, 2, 3};
 
     std::vector<jit_test::Bundle> bundles;
-    for (int n = 1; n <= BITSHIP_JIT_TIMING_VARIANTS; ++n)
-        bundles.push_back(jit_test::make_bundle(jit_test::kernel_bitcode("add_v" + std::to_string(n)), {"add"}));
+    if (const char* path = std::getenv("BITSHIP_TIMING_BITCODE")) {
+        const char* entry = std::getenv("BITSHIP_TIMING_ENTRY");
+        std::ifstream in(path, std::ios::binary);
+        std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (!in.good() && !in.eof()) return std::fprintf(stderr, "cannot read %s\n", path), 1;
+        for (std::uint32_t n = 1; n <= BITSHIP_JIT_TIMING_VARIANTS; ++n) {
+            // LLVM's bitcode wrapper header: magic, version, offset, size, CPU type (the variant).
+            const std::array<std::uint32_t, 5> header{0x0B17C0DE, 0, 20, static_cast<std::uint32_t>(chars.size()), n};
+            std::vector<std::byte> bytes(sizeof header + chars.size());
+            std::memcpy(bytes.data(), header.data(), sizeof header);
+            std::memcpy(bytes.data() + sizeof header, chars.data(), chars.size());
+            bundles.push_back(jit_test::make_bundle(bytes, {entry ? entry : "main"}));
+        }
+    } else {
+        for (int n = 1; n <= BITSHIP_JIT_TIMING_VARIANTS; ++n)
+            bundles.push_back(jit_test::make_bundle(jit_test::kernel_bitcode("add_v" + std::to_string(n)), {"add"}));
+    }
 
     const auto& h = jit::host();
     std::printf("host %s, cpu %s, LLVM %s; %zu distinct add-kernel variants per level, one Jit per level\n",
