@@ -219,11 +219,13 @@ private:
         return std::make_shared<CompiledSlice>(engine_, std::move(*parts), hash);
     }
 
-    /// The tier-up job: compiles `slice` at tier 1 and swaps it in, unless the hash was evicted
-    /// meanwhile (then only the disk gets it). Tier 0 keeps serving if this fails.
+    /// The tier-up job: compiles `slice` at tier 1 and swaps it in. Nothing to do when the hash
+    /// is already optimised or was evicted meanwhile (a later first call starts over: many
+    /// distinct kernels under a small cap cost no optimiser time). Tier 0 keeps serving if
+    /// this fails.
     void optimise_in_background(const std::vector<std::byte>& slice, const CodeHash& hash, bool from_disk) {
         const std::string hex = to_hex(hash, kHashDigitsInMessages);
-        if (auto held = cache_->tier_of(hash); held && *held >= static_cast<unsigned>(Tier::optimised)) return;
+        if (auto held = cache_->tier_of(hash); !held || *held >= static_cast<unsigned>(Tier::optimised)) return;
         auto built = build(slice, hash, Tier::optimised, from_disk);
         if (!built) {
             spdlog::warn("jit: tier 1 of {} failed, tier 0 keeps serving: {}", hex, built.error().describe());

@@ -36,6 +36,10 @@ void TierUp::post(const CodeHash& hash, std::function<void()> job) {
     {
         std::lock_guard lock(mutex_);
         if (stop_ || !queued_.insert(hash).second) return;
+        if (queue_.size() >= kMaxQueued) {
+            queued_.erase(queue_.front().first);
+            queue_.pop_front();
+        }
         queue_.emplace_back(hash, std::move(job));
     }
     wake_.notify_one();

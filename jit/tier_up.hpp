@@ -4,6 +4,7 @@
 // to jit/.
 
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -23,7 +24,11 @@ public:
     TierUp& operator=(const TierUp&) = delete;
 
     /// Queues `job` for `hash`, unless a job for `hash` is already queued (not yet started).
+    /// At kMaxQueued jobs the oldest is dropped (its code stays at tier 0 until compiled again):
+    /// a flood of new kernels must not grow the queue without bound.
     void post(const CodeHash& hash, std::function<void()> job);
+
+    static constexpr std::size_t kMaxQueued = 1024;
 
     /// Blocks until the queue is empty and no job runs.
     void drain();
