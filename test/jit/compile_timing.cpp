@@ -3,7 +3,8 @@
 // max of every CompileStats phase, per opt_level at tier 1 (one tier: the full compile on the
 // caller's thread) and for tier 0 (the fast first compile of a two-tier Jit), plus the cost of
 // Jit::create (LLJIT setup) and of the first compile in the process. Not a test; a bench/
-// program would grow from this.
+// program would grow from this. Last, "obj": load() of the same variants from a disk cache of
+// optimised objects, as a restarted agent links them (no IR at all).
 //
 //   ./build/test/jit/jit_compile_timing [opt_level...]      (default: 0 1 2 3; tier 0 always)
 //   BITSHIP_TIMING_BITCODE=k.bc BITSHIP_TIMING_ENTRY=name ./build/test/jit/jit_compile_timing
@@ -13,12 +14,15 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "jit.hpp"
 #include "test_runtime.hpp"
@@ -39,8 +43,10 @@ Summary summarise(std::vector<double> v) {
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-std::unique_ptr<jit::Jit> make_jit(unsigned opt_level, double* create_ms, unsigned tiers = 1) {
+std::unique_ptr<jit::Jit> make_jit(unsigned opt_level, double* create_ms, unsigned tiers = 1,
+                                   std::filesystem::path cache_dir = {}) {
     jit::JitOptions options;
+    options.cache_dir = std::move(cache_dir);
     options.exports = jit_test::runtime_exports();
     options.opt_level = opt_level;
     options.tiers = tiers;
@@ -148,6 +154,35 @@ int main(int argc, char** argv) {
         row("link", link);
         row("total", total);
         row("wall", wall);
+    }
+
+    // A restarted agent: every variant's optimised object is on disk; load() links it.
+    {
+        auto dir = std::filesystem::temp_directory_path() / ("bitship-timing-" + std::to_string(::getpid()));
+        std::filesystem::remove_all(dir);
+        {
+            auto j = make_jit(2, nullptr, 1, dir);
+            for (const auto& b : bundles)
+                if (auto code = j->compile(b.bytes, b.hash); !code)
+                    return std::fprintf(stderr, "%s\n", code.error().describe().c_str()), 1;
+        }
+        auto j = make_jit(2, nullptr, 2, dir);
+        if (auto w = j->warm_up(); !w) return std::fprintf(stderr, "%s\n", w.error().describe().c_str()), 1;
+        std::vector<double> verify, link, wall;
+        for (const auto& b : bundles) {
+            auto start = Clock::now();
+            auto code = j->load(b.hash);
+            wall.push_back(ms_since(start));
+            if (!code) return std::fprintf(stderr, "%s\n", code.error().describe().c_str()), 1;
+            if (!(*code)->stats().from_object) return std::fprintf(stderr, "not loaded as an object\n"), 1;
+            verify.push_back((*code)->stats().verify_ms);
+            link.push_back((*code)->stats().link_ms);
+        }
+        std::filesystem::remove_all(dir);
+        for (auto [name, v] : {std::pair{"verify", &verify}, {"link", &link}, {"wall", &wall}}) {
+            auto s = summarise(*v);
+            std::printf("%-5s %-9s %8.3f %8.3f %8.3f\n", "obj", name, s.median, s.min, s.max);
+        }
     }
     return 0;
 }
