@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -587,8 +588,10 @@ TEST_CASE("tier swap under concurrent calls never runs half-built code", "[unit]
             }
         });
     }
-    // Until every kernel is at tier 1 and has been called there a while.
-    for (;;) {
+    // Until every kernel is at tier 1 and has been called there a while (a guard against a
+    // hang, not a timing: the checks below say what went wrong).
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+    while (std::chrono::steady_clock::now() < give_up) {
         j->drain_tier_ups();
         auto listed = j->cached();
         if (listed.size() == kKernels &&
@@ -599,6 +602,9 @@ TEST_CASE("tier swap under concurrent calls never runs half-built code", "[unit]
     }
     stop = true;
     for (auto& t : callers) t.join();
+    auto listed = j->cached();
+    CHECK(listed.size() == kKernels);
+    CHECK(std::all_of(listed.begin(), listed.end(), [](const auto& c) { return c.tier == 1; }));
     CHECK(wrong.load() == 0);
     CHECK(failed.load() == 0);
     CHECK(calls_by_tier[0].load() > 0);
