@@ -338,8 +338,8 @@ struct Agent::Impl {
         counters.last_compile_link_ns.store(ns(s.link_ms), std::memory_order_relaxed);
         counters.last_compile_tier.store(s.tier, std::memory_order_relaxed);
         spdlog::info("compiled {} at tier {}{}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
-                     to_hex(hash, 16), s.tier, s.from_object ? " (object from disk cache)" : s.from_disk ? " (from disk cache)" : "", s.verify_ms, s.parse_ms, s.optimise_ms,
-                     s.codegen_ms, s.link_ms);
+                     to_hex(hash, 16), s.tier, s.from_object ? " (object from disk cache)" : s.from_disk ? " (from disk cache)" : "",
+                     s.verify_ms, s.parse_ms, s.optimise_ms, s.codegen_ms, s.link_ms);
         for (auto& r : waiting) run_compiled(std::move(r), *code);
     }
 
