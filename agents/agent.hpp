@@ -45,6 +45,10 @@ struct AgentConfig {
     std::vector<jit::Export> exports;
     /// Memory regions made at start ("NAME=SIZE" parsed), registered for RDMA.
     std::vector<std::pair<std::string, std::size_t>> regions;
+    /// What backs regions: shared memory lets same-host clients read them by direct loads
+    /// (ucp_rkey_ptr); private memory gets transparent huge pages where shared memory may not.
+    /// Default: shared when the transport includes shared memory.
+    enum class RegionMemory { automatic, private_pages, shared } region_memory = RegionMemory::automatic;
     /// The agents kernels may forward to when a call ships no peer table of its own
     /// ("host:port", the same ordered list on every agent), and this agent's index in it
     /// (-1: find our own listen address in the list).

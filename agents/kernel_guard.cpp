@@ -4,6 +4,7 @@
 #include <atomic>
 #include <csetjmp>
 #include <csignal>
+#include <ctime>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -17,8 +18,12 @@ namespace {
 const int kTimeoutSignal = SIGRTMIN + 2;
 constexpr std::size_t kAltStackSize = 256 * 1024;
 
+// The coarse monotonic clock: a few nanoseconds to read (no TSC access), and its resolution
+// (a few ms) is finer than the watchdog's own granularity. Read on every call.
 std::int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
 // One per worker thread, never freed (workers are few and live as long as the agent).
@@ -110,7 +115,9 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
     s.started_ns.store(budget.count() > 0 ? now_ns() : 0, std::memory_order_release);
 
     std::optional<Error> outcome;
-    if (sigsetjmp(s.jump, 1) == 0) {
+    // No signal mask saved (a system call per call): the handler runs with SA_NODEFER and an
+    // empty sa_mask, so jumping out of it leaves no signal blocked.
+    if (sigsetjmp(s.jump, 0) == 0) {
         s.active = 1;
         fn(ctx);
         s.active = 0;

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace bitship::agent {
 
@@ -42,13 +43,15 @@ Result<const Region*> RegionTable::create(const std::string& name, std::size_t s
         std::shared_lock lock(mutex_);
         if (auto it = regions_.find(name); it != regions_.end()) return it->second.get();
     }
-    auto mapped = engine_.map_memory(size);
+    auto mapped = engine_.map_memory(size, memory_);
     if (!mapped) return fail(mapped.error().code, fmt::format("region '{}' ({} bytes): {}", name, size, mapped.error().message));
     auto r = std::make_unique<Region>();
     r->name = name;
     r->base = mapped->base;
     r->size = size;
     r->mapped = std::move(*mapped);
+    spdlog::info("region '{}': {} bytes of {} memory at {}, {}", name, size,
+                 memory_ == Engine::RegionMemory::shared ? "shared" : "private", r->base, r->mapped.pages);
     std::unique_lock lock(mutex_);
     auto [it, inserted] = regions_.emplace(name, std::move(r));
     return it->second.get();

@@ -31,7 +31,7 @@ Result<RegionSpec> parse_region_spec(std::string_view spec);
 
 class RegionTable {
 public:
-    explicit RegionTable(Engine& engine) : engine_(engine) {}
+    RegionTable(Engine& engine, Engine::RegionMemory memory) : engine_(engine), memory_(memory) {}
     ~RegionTable();
     RegionTable(const RegionTable&) = delete;
     RegionTable& operator=(const RegionTable&) = delete;
@@ -46,6 +46,7 @@ public:
 
 private:
     Engine& engine_;
+    Engine::RegionMemory memory_;
     mutable std::shared_mutex mutex_;
     std::map<std::string, std::unique_ptr<Region>, std::less<>> regions_;
 };

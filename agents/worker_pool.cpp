@@ -8,6 +8,8 @@ namespace {
 thread_local bool t_leading = false; // this worker is progressing the engine right now
 } // namespace
 
+bool WorkerPool::on_leading_worker() noexcept { return t_leading; }
+
 WorkerPool::WorkerPool(unsigned threads, std::chrono::microseconds spin, Engine* engine)
     : count_(std::max(1u, threads)), spin_(spin), engine_(engine) {}
 

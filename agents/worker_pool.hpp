@@ -36,6 +36,9 @@ public:
     /// Finishes the running jobs, returns the ones never started, joins the threads.
     std::vector<std::function<void()>> stop();
     [[nodiscard]] unsigned size() const noexcept { return count_; }
+    /// Whether the calling thread is a worker of some pool that leads progress right now (it
+    /// received what it is handling, and may run it itself).
+    [[nodiscard]] static bool on_leading_worker() noexcept;
 
 private:
     void run();

@@ -81,6 +81,12 @@ int main(int argc, char** argv) {
     app.add_option("--max-args", max_args, "largest argument block, bytes")->capture_default_str();
     app.add_option("--max-result", max_result, "largest kernel reply, bytes")->capture_default_str();
     app.add_option("--region", region_specs, "allocate and register memory region NAME=SIZE (e.g. chase=1G); repeatable");
+    std::string region_memory = "auto";
+    app.add_option("--region-memory", region_memory,
+                   "what backs regions: shared (same-host clients read them by direct loads; huge pages only where the "
+                   "kernel gives them to shared memory), private (transparent huge pages; clients use RDMA GET), or "
+                   "auto (shared when the transport includes shared memory)")
+        ->check(CLI::IsMember({"auto", "shared", "private"}))->capture_default_str();
     app.add_option("--peer", peers, "HOST:PORT of an agent kernels may forward to when a call ships no peer table; "
                                     "give the same ordered list, this agent included, to every agent; repeatable");
     app.add_option("--self", self_index, "this agent's index among --peer (default: find --listen's address there)");
@@ -90,6 +96,9 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();
     CLI11_PARSE(app, argc, argv);
 
+    config.region_memory = region_memory == "shared"    ? agent::AgentConfig::RegionMemory::shared
+                           : region_memory == "private" ? agent::AgentConfig::RegionMemory::private_pages
+                                                        : agent::AgentConfig::RegionMemory::automatic;
     auto logger = spdlog::stderr_color_mt("xagent");
     spdlog::set_default_logger(logger);
     spdlog::set_level(spdlog::level::from_str(log_level));

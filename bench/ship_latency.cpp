@@ -36,7 +36,6 @@ struct Config {
     int cold_reps = 10;
     std::string progress = "spin-then-block";
     unsigned spin_us = 200;
-    unsigned wait_spin_us = 0;
     unsigned worker_spin_us = 0;
     std::string csv, json;
 };
@@ -47,7 +46,6 @@ Client make_client(Transport t, const Config& cfg) {
     o.loopback_only = true;
     o.progress = *parse_progress_mode(cfg.progress);
     o.spin = std::chrono::microseconds(cfg.spin_us);
-    o.wait_spin = std::chrono::microseconds(cfg.wait_spin_us);
     auto c = Client::create(o);
     if (!c) throw std::runtime_error(c.error().describe());
     return std::move(*c);
@@ -88,7 +86,6 @@ int main(int argc, char** argv) {
     app.add_option("--progress", cfg.progress, "progress mode of client and agents: spin, block, spin-then-block")
         ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
     app.add_option("--spin-us", cfg.spin_us, "spin window before sleeping (spin-then-block)")->capture_default_str();
-    app.add_option("--wait-spin-us", cfg.wait_spin_us, "client: poll a future this long before sleeping")->capture_default_str();
     app.add_option("--worker-spin-us", cfg.worker_spin_us, "agent: an idle worker polls this long before sleeping")->capture_default_str();
     app.add_flag("--quick", quick, "fewer repetitions (2000 timed, 3 cold)");
     app.add_option("--csv", cfg.csv, "write the rows as CSV here");
@@ -100,9 +97,9 @@ int main(int argc, char** argv) {
         cfg.cold_reps = 3;
     }
 
-    fmt::print("ship_latency: {} | progress {} (spin {} us) for client and agent | future wait spin {} us | "
+    fmt::print("ship_latency: {} | progress {} (spin {} us) for client and agent | the waiting caller leads progress | "
                "agent: 1 worker thread, worker spin {} us\n",
-               bench::cpu_description(), cfg.progress, cfg.spin_us, cfg.wait_spin_us, cfg.worker_spin_us);
+               bench::cpu_description(), cfg.progress, cfg.spin_us, cfg.worker_spin_us);
     fmt::print("  {} timed reps (ping and cached ship alternate) after {} warm-up; {} cold ships, each to a fresh agent;"
                " all on loopback, processes unpinned\n\n",
                cfg.reps, cfg.warmup, cfg.cold_reps);
@@ -191,7 +188,6 @@ int main(int argc, char** argv) {
     std::vector<std::pair<std::string, std::string>> config{{"cpu", bench::cpu_description()},
                                                             {"progress", cfg.progress},
                                                             {"spin_us", std::to_string(cfg.spin_us)},
-                                                            {"wait_spin_us", std::to_string(cfg.wait_spin_us)},
                                                             {"worker_spin_us", std::to_string(cfg.worker_spin_us)},
                                                             {"reps", std::to_string(cfg.reps)},
                                                             {"cold_reps", std::to_string(cfg.cold_reps)}};

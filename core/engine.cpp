@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -120,6 +121,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, Eng
     if (options.transport == Transport::tcp) tls = "tcp";
     // Shared memory carries the data; TCP is still needed for the sockaddr handshake.
     if (options.transport == Transport::shm) tls = "sm,self,tcp";
+    // Every endpoint asks for peer-failure handling, which UCX 1.13's shared-memory
+    // transports offer only when told to (through keepalive): without this, endpoints made
+    // through the listener silently fall back to TCP for everything. An operator's own
+    // setting wins. (UCT settings are read from the environment when interfaces open.)
+    if (options.transport != Transport::tcp) setenv("UCX_MM_ERROR_HANDLING", "y", 0);
     if (tls) {
         if (auto s = ucp_config_modify(config.get(), "TLS", tls); s != UCS_OK)
             return tl::make_unexpected(from_ucs(s, "setting UCX_TLS"));
@@ -140,7 +146,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, Eng
 
     ucp_worker_params_t wparams{};
     wparams.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-    wparams.thread_mode = UCS_THREAD_MODE_SINGLE; // only the progress thread touches it
+    // Several threads take turns (the engine's thread, a leading caller or worker), never two at
+    // once: the progress token serialises them.
+    wparams.thread_mode = UCS_THREAD_MODE_SERIALIZED;
     ucp_worker_h worker = nullptr;
     if (auto s = ucp_worker_create(context, &wparams, &worker); s != UCS_OK)
         return tl::make_unexpected(from_ucs(s, "ucp_worker_create"));
@@ -182,6 +190,7 @@ void Engine::stop() {
         std::lock_guard lock(guest_mutex_);
         guest_cv_.notify_all();
     }
+    notify_waiters();
     thread_.join();
 }
 
@@ -192,6 +201,10 @@ void Engine::post(std::function<void()> fn) {
         has_posted_.store(true, std::memory_order_release);
     }
     if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_.get());
+    if (guest_busy_.load(std::memory_order_acquire)) {
+        std::lock_guard lock(guest_mutex_);
+        guest_cv_.notify_all();
+    }
 }
 
 ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, void* data, size_t length,
@@ -382,34 +395,89 @@ Result<ucp_ep_h> Engine::connect_to_worker(std::span<const std::byte> address) {
     return out;
 }
 
-Result<Engine::Mapped> Engine::map_memory(std::size_t size) {
-    // Our own anonymous mapping, 2 MiB aligned and marked for transparent huge pages: kernels
-    // walk regions at random, and with 4 KiB pages every hop of a chase is a TLB miss too.
+namespace {
+// What backs [base, base+length): huge pages or not, from the kernel's own accounting.
+std::string page_size_of(const void* base) {
+    std::FILE* f = std::fopen("/proc/self/smaps", "r");
+    if (!f) return "unknown page size";
+    char line[512];
+    bool inside = false;
+    std::uint64_t huge_kb = 0, kernel_page_kb = 0;
+    auto want = reinterpret_cast<std::uintptr_t>(base);
+    while (std::fgets(line, sizeof line, f)) {
+        unsigned long lo = 0, hi = 0;
+        if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
+            if (inside) break;
+            inside = want >= lo && want < hi;
+            continue;
+        }
+        if (!inside) continue;
+        unsigned long kb = 0;
+        if (std::sscanf(line, "AnonHugePages: %lu kB", &kb) == 1 || std::sscanf(line, "ShmemPmdMapped: %lu kB", &kb) == 1 ||
+            std::sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1)
+            huge_kb += kb;
+        if (std::sscanf(line, "KernelPageSize: %lu kB", &kb) == 1) kernel_page_kb = kb;
+    }
+    std::fclose(f);
+    if (kernel_page_kb >= 2048) return fmt::format("{} KiB pages (hugetlb)", kernel_page_kb);
+    if (huge_kb > 0) return fmt::format("2 MiB transparent huge pages ({} MiB of them)", huge_kb / 1024);
+    return "4 KiB pages";
+}
+} // namespace
+
+Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory) {
     constexpr std::size_t kHuge = 2u << 20;
     std::size_t length = (size + kHuge - 1) / kHuge * kHuge;
-    void* raw = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED) return fail(Errc::too_large, fmt::format("cannot map {} bytes: {}", size, std::strerror(errno)));
-    auto addr = reinterpret_cast<std::uintptr_t>(raw);
-    auto aligned = (addr + kHuge - 1) / kHuge * kHuge;
-    // Trim the unaligned head and tail so munmap(base, length) releases exactly what is left.
-    if (aligned > addr) munmap(raw, aligned - addr);
-    if (auto tail = addr + length + kHuge - (aligned + length); tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
-    void* base = reinterpret_cast<void*>(aligned);
-    madvise(base, length, MADV_HUGEPAGE); // a hint: without THP the region still works
-    std::memset(base, 0, length);         // touched now, not during the first timed walk
-
     Mapped m;
-    ucp_mem_map_params_t params{};
-    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-    params.address = base;
-    params.length = length;
-    if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK) {
-        munmap(base, length);
-        return tl::make_unexpected(from_ucs(s, fmt::format("registering {} bytes", size)));
+    if (memory == RegionMemory::shared) {
+        // UCX allocates it from a shared-memory domain (sysv/posix), so a peer on this host can
+        // map it (ucp_rkey_ptr) and read it by plain loads. Huge pages only where the kernel
+        // gives them to shared memory (transparent_hugepage/shmem_enabled).
+        ucp_mem_map_params_t params{};
+        params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+        params.address = nullptr;
+        params.length = length;
+        params.flags = UCP_MEM_MAP_ALLOCATE;
+        if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK)
+            return tl::make_unexpected(from_ucs(s, fmt::format("allocating {} bytes of shared memory", size)));
+        ucp_mem_attr_t attr{};
+        attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+        if (auto s = ucp_mem_query(m.memh, &attr); s != UCS_OK) {
+            ucp_mem_unmap(context_.get(), m.memh);
+            return tl::make_unexpected(from_ucs(s, "ucp_mem_query"));
+        }
+        m.base = attr.address;
+        m.mapped_length = attr.length;
+        m.ucx_allocated = true;
+        madvise(m.base, m.mapped_length, MADV_HUGEPAGE); // a hint
+        std::memset(m.base, 0, m.mapped_length);           // touched now, not during the first timed walk
+    } else {
+        // Our own anonymous mapping, 2 MiB aligned and marked for transparent huge pages:
+        // kernels walk regions at random, and with 4 KiB pages every hop of a chase is a TLB
+        // miss too.
+        void* raw = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (raw == MAP_FAILED) return fail(Errc::too_large, fmt::format("cannot map {} bytes: {}", size, std::strerror(errno)));
+        auto addr = reinterpret_cast<std::uintptr_t>(raw);
+        auto aligned = (addr + kHuge - 1) / kHuge * kHuge;
+        // Trim the unaligned head and tail so munmap(base, length) releases exactly what is left.
+        if (aligned > addr) munmap(raw, aligned - addr);
+        if (auto tail = addr + length + kHuge - (aligned + length); tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
+        void* base = reinterpret_cast<void*>(aligned);
+        madvise(base, length, MADV_HUGEPAGE); // a hint: without THP the region still works
+        std::memset(base, 0, length);
+        ucp_mem_map_params_t params{};
+        params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+        params.address = base;
+        params.length = length;
+        if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK) {
+            munmap(base, length);
+            return tl::make_unexpected(from_ucs(s, fmt::format("registering {} bytes", size)));
+        }
+        m.base = base;
+        m.mapped_length = length;
     }
-    m.base = base;
     m.size = size;
-    m.mapped_length = length;
+    m.pages = page_size_of(m.base);
     void* packed = nullptr;
     std::size_t packed_size = 0;
     if (auto s = ucp_rkey_pack(context_.get(), m.memh, &packed, &packed_size); s != UCS_OK) {
@@ -423,9 +491,14 @@ Result<Engine::Mapped> Engine::map_memory(std::size_t size) {
 }
 
 void Engine::unmap_memory(Mapped& m) {
-    if (m.memh) ucp_mem_unmap(context_.get(), m.memh);
-    if (m.base) munmap(m.base, m.mapped_length);
+    if (m.memh) ucp_mem_unmap(context_.get(), m.memh); // frees it too when UCX allocated it
+    if (m.base && !m.ucx_allocated) munmap(m.base, m.mapped_length);
     m = Mapped{};
+}
+
+void* Engine::rkey_ptr(ucp_rkey_h rkey, std::uint64_t remote) const noexcept {
+    void* local = nullptr;
+    return ucp_rkey_ptr(rkey, remote, &local) == UCS_OK ? local : nullptr;
 }
 
 Result<ucp_rkey_h> Engine::unpack_rkey(ucp_ep_h ep, std::span<const std::byte> packed) {
@@ -521,32 +594,41 @@ bool Engine::drain() {
     return did;
 }
 
-void Engine::sleep_until_event(bool yield_to_guests) {
+int Engine::sleep_timeout_ms(bool engine_thread) const {
+    // Owners with deadlines get a tick, a watcher its watch; the others sleep until something
+    // happens.
+    int timeout_ms = hooks_.on_tick ? static_cast<int>(kTick.count()) : -1;
+    if (hooks_.on_watch && engine_thread) timeout_ms = static_cast<int>(kTakeover.count());
+    return timeout_ms;
+}
+
+bool Engine::sleep_until_event(std::unique_lock<std::mutex>& token, bool release_token, int timeout_ms) {
     sleeping_.store(true, std::memory_order_seq_cst);
     // A post() or a guest asking for the token that raced with us saw sleeping_ false and did
     // not signal: look once more (both sides store, then load, sequentially consistent).
     if (has_posted_.load(std::memory_order_seq_cst) || stopping_.load() ||
-        (yield_to_guests && guests_.load(std::memory_order_seq_cst) > 0)) {
+        (release_token && guests_.load(std::memory_order_seq_cst) > 0)) {
         sleeping_.store(false);
-        return;
+        return true;
     }
     auto s = ucp_worker_arm(worker_.get());
-    if (s == UCS_OK) {
-        pollfd pfd{event_fd_, POLLIN, 0};
-        // Owners with deadlines get a tick, a watcher its watch; the others sleep until
-        // something happens.
-        int timeout_ms = hooks_.on_tick ? static_cast<int>(kTick.count()) : -1;
-        if (hooks_.on_watch && yield_to_guests) timeout_ms = static_cast<int>(kTakeover.count());
-        while (::poll(&pfd, 1, timeout_ms) < 0 && errno == EINTR) {
-        }
+    if (s != UCS_OK) { // UCS_ERR_BUSY: events are pending, do not sleep
+        sleeping_.store(false, std::memory_order_relaxed);
+        return true;
     }
-    // UCS_ERR_BUSY: events are pending, do not sleep.
+    pollfd pfd{event_fd_, POLLIN, 0};
+    // The engine's own thread sleeps without the token, so a caller that wants to lead takes it
+    // at once instead of waking this thread and waiting for it to let go.
+    if (release_token) token.unlock();
+    while (::poll(&pfd, 1, timeout_ms) < 0 && errno == EINTR) {
+    }
     sleeping_.store(false, std::memory_order_relaxed);
+    if (release_token) return token.try_lock();
+    return true;
 }
 
-void Engine::watch() {
+void Engine::watch(Clock::time_point now) {
     if (!hooks_.on_watch) return;
-    auto now = std::chrono::steady_clock::now();
     if (now - last_watch_ < kTakeover) return;
     last_watch_ = now;
     hooks_.on_watch();
@@ -556,7 +638,11 @@ void Engine::watch() {
 bool Engine::iterate() {
     bool did = ucp_worker_progress(worker_.get()) != 0;
     did = drain() || did;
-    auto now = std::chrono::steady_clock::now();
+    // Reading the clock costs as much as an idle progress pass: idle passes read it every
+    // kClockEvery passes only (deadlines and spin windows are far coarser than that).
+    if (!did && ++idle_passes_ % kClockEvery != 0) return false;
+    auto now = Clock::now();
+    now_ = now;
     if (now - last_tick_ >= kTick) {
         last_tick_ = now;
         if (hooks_.on_tick) hooks_.on_tick();
@@ -565,21 +651,36 @@ bool Engine::iterate() {
     return did;
 }
 
+void Engine::lead_locked(std::unique_lock<std::mutex>& token, const std::function<bool()>& done,
+                         Clock::time_point until) {
+    guest_leading_.store(true, std::memory_order_relaxed);
+    last_event_ = now_ = Clock::now();
+    while (!done() && !stopping_.load(std::memory_order_relaxed)) {
+        if (iterate()) continue;
+        if (done()) break;
+        auto now = now_;
+        if (now >= until) break;
+        auto idle = now - last_event_;
+        if (options_.mode == ProgressMode::block ||
+            (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin)) {
+            int timeout_ms = sleep_timeout_ms(false);
+            if (until != Clock::time_point::max()) {
+                auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
+                timeout_ms = timeout_ms < 0 ? static_cast<int>(left) : std::min<int>(timeout_ms, static_cast<int>(left));
+            }
+            sleep_until_event(token, false, timeout_ms);
+        }
+    }
+    guest_leading_.store(false, std::memory_order_relaxed);
+}
+
 void Engine::lead_until(const std::function<bool()>& done) {
     guests_.fetch_add(1, std::memory_order_seq_cst);
-    // The engine's thread may sleep holding the token; if it is awake it sees guests_ itself.
+    // The engine's thread may sleep; if it is awake it sees guests_ itself.
     if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_.get());
     {
         std::unique_lock token(token_);
-        last_event_ = std::chrono::steady_clock::now();
-        while (!done() && !stopping_.load(std::memory_order_relaxed)) {
-            if (iterate()) continue;
-            if (done()) break;
-            auto idle = std::chrono::steady_clock::now() - last_event_;
-            if (options_.mode == ProgressMode::block ||
-                (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin))
-                sleep_until_event(false);
-        }
+        lead_locked(token, done, Clock::time_point::max());
     }
     // No wake-up for the engine's thread: most jobs take microseconds and this thread leads
     // again right after. If it does not come back, the engine's thread takes over within
@@ -587,37 +688,131 @@ void Engine::lead_until(const std::function<bool()>& done) {
     guests_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+bool Engine::acquire_as_guest(std::unique_lock<std::mutex>& token) {
+    // Called with guests_ already counting us. The engine's own thread lets go within one
+    // pass once it sees a guest (and never sleeps holding the token); another guest leading
+    // holds it until its own result is in, so we do not wait for it.
+    for (unsigned spins = 0;; ++spins) {
+        if (token.try_lock()) return true;
+        if (guest_leading_.load(std::memory_order_relaxed) || guest_busy_.load(std::memory_order_relaxed) ||
+            stopping_.load(std::memory_order_relaxed))
+            return false;
+        if (spins > 64) std::this_thread::yield();
+    }
+}
+
+Engine::Lead Engine::try_lead_until(const std::function<bool()>& done, Clock::time_point until) {
+    guests_.fetch_add(1, std::memory_order_seq_cst);
+    Lead outcome = Lead::other_leader;
+    {
+        std::unique_lock token(token_, std::defer_lock);
+        if (acquire_as_guest(token)) {
+            lead_locked(token, done, until);
+            outcome = Lead::led;
+        }
+    }
+    guests_.fetch_sub(1, std::memory_order_seq_cst);
+    leader_left();
+    return outcome;
+}
+
+bool Engine::try_progress_once(const std::function<void()>& fn) {
+    guests_.fetch_add(1, std::memory_order_seq_cst);
+    bool ran = false;
+    {
+        std::unique_lock token(token_, std::defer_lock);
+        if (acquire_as_guest(token)) {
+            fn();
+            ran = true;
+        }
+    }
+    guests_.fetch_sub(1, std::memory_order_seq_cst);
+    return ran;
+}
+
+void Engine::leader_left() {
+    // Others waiting for a result that this leader was not waiting for may lead now.
+    if (handoff_sleepers_.load(std::memory_order_seq_cst) == 0) return;
+    std::lock_guard lock(handoff_mutex_);
+    ++handoff_generation_;
+    handoff_cv_.notify_all();
+}
+
+void Engine::wait_for_handoff(const std::function<bool()>& done, Clock::time_point until) {
+    std::unique_lock lock(handoff_mutex_);
+    handoff_sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    auto generation = handoff_generation_;
+    // Bounded: a completion notifies through notify_waiters(); the bound covers a leader
+    // that left between our failed try and this wait.
+    auto bound = std::min(until, Clock::now() + kHandoffCheck);
+    handoff_cv_.wait_until(lock, bound, [&] {
+        return done() || handoff_generation_ != generation ||
+               (!guest_leading_.load(std::memory_order_seq_cst) && !guest_busy_.load(std::memory_order_seq_cst));
+    });
+    handoff_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void Engine::run_released(const std::function<void()>& fn) {
+    // guest_leading_ always describes whoever holds the token: not us while we run.
+    bool was_leading = guest_leading_.exchange(false, std::memory_order_relaxed);
+    guest_busy_.store(true, std::memory_order_release);
+    token_.unlock();
+    fn();
+    guest_busy_.store(false, std::memory_order_release);
+    // The engine's thread may have taken over meanwhile: it lets go once it sees us back.
+    if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_.get());
+    token_.lock();
+    guest_leading_.store(was_leading, std::memory_order_relaxed);
+}
+
+void Engine::notify_waiters() {
+    if (handoff_sleepers_.load(std::memory_order_seq_cst) == 0) return;
+    std::lock_guard lock(handoff_mutex_);
+    handoff_cv_.notify_all();
+}
+
 void Engine::run() {
-    last_event_ = last_tick_ = std::chrono::steady_clock::now();
+    last_event_ = last_tick_ = now_ = Clock::now();
     while (!stopping_.load(std::memory_order_relaxed)) {
-        {
-            std::unique_lock token(token_);
-            while (!stopping_.load(std::memory_order_relaxed) && guests_.load(std::memory_order_seq_cst) == 0) {
-                watch();
-                if (iterate()) continue;
-                auto idle = std::chrono::steady_clock::now() - last_event_;
-                switch (options_.mode) {
-                case ProgressMode::spin: break;
-                case ProgressMode::block: sleep_until_event(true); break;
-                case ProgressMode::spin_then_block:
-                    if (idle >= options_.spin) sleep_until_event(true);
-                    break;
+        if (guests_.load(std::memory_order_seq_cst) == 0) {
+            std::unique_lock token(token_, std::try_to_lock);
+            if (token.owns_lock()) {
+                while (!stopping_.load(std::memory_order_relaxed) && guests_.load(std::memory_order_seq_cst) == 0) {
+                    watch(now_);
+                    if (iterate()) continue;
+                    auto idle = now_ - last_event_;
+                    bool sleep = options_.mode == ProgressMode::block ||
+                                 (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin);
+                    // Lost the token while asleep: a guest leads now.
+                    if (sleep && !sleep_until_event(token, true, sleep_timeout_ms(true))) break;
                 }
+                continue;
             }
         }
-        // A guest leads: look again every kTakeover until none does.
-        std::unique_lock lock(guest_mutex_);
-        while (guests_.load(std::memory_order_seq_cst) != 0 && !stopping_.load()) {
+        // A guest leads (or is about to): look again every kTakeover, keeping the watch. A
+        // guest that released the token to run a kernel (unlocked()) for longer than that
+        // gets progress taken over meanwhile, so a long kernel stalls nobody.
+        {
+            std::unique_lock lock(guest_mutex_);
             guest_cv_.wait_for(lock, kTakeover);
-            watch();
+        }
+        watch(Clock::now());
+        if (guest_busy_.load(std::memory_order_acquire)) {
+            std::unique_lock token(token_, std::try_to_lock);
+            while (token.owns_lock() && guest_busy_.load(std::memory_order_acquire) && !stopping_.load()) {
+                watch(Clock::now());
+                if (iterate()) continue;
+                // Short naps: the guest signals when its kernel returns and wants the token back.
+                if (Clock::now() - last_event_ >= options_.spin) sleep_until_event(token, false, kTakeoverNapMs);
+            }
         }
     }
     // Finish what was posted (replies to send, futures to fail), then close every endpoint.
     std::unique_lock token(token_);
     drain();
     for (auto* ep : std::vector(endpoints_)) close(ep);
-    auto deadline = std::chrono::steady_clock::now() + kCloseTimeout;
-    while (std::chrono::steady_clock::now() < deadline && ucp_worker_progress(worker_.get()) != 0) {
+    auto deadline = Clock::now() + kCloseTimeout;
+    while (Clock::now() < deadline && ucp_worker_progress(worker_.get()) != 0) {
     }
     listener_.reset();
 }

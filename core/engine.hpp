@@ -74,6 +74,10 @@ public:
     static constexpr auto kTick = std::chrono::milliseconds(20);
     /// How soon the engine's thread takes progress back from a guest that left to run a job.
     static constexpr auto kTakeover = std::chrono::milliseconds(5);
+    /// How often a caller that cannot lead looks again whether it may.
+    static constexpr auto kHandoffCheck = std::chrono::milliseconds(1);
+    /// The engine's thread naps this long while it holds progress for a guest's long kernel.
+    static constexpr int kTakeoverNapMs = 1;
 
     static Result<std::unique_ptr<Engine>> create(const EngineOptions& options, EngineHooks hooks);
     ~Engine();
@@ -94,6 +98,26 @@ public:
     /// arriving while it leads runs on it without a thread hand-off. `done` must be cheap;
     /// wake() makes a sleeping leader check it.
     void lead_until(const std::function<bool()>& done);
+
+    using Clock = std::chrono::steady_clock;
+    enum class Lead { led, other_leader };
+    /// A caller waiting for its own result: leads progress until `done()` or `until`, unless
+    /// another guest already leads (then returns other_leader at once and the caller should
+    /// wait_for_handoff()). The engine's own thread hands over within one pass.
+    Lead try_lead_until(const std::function<bool()>& done, Clock::time_point until);
+    /// Runs `fn` holding the progress token (as a guest), unless another guest leads: then
+    /// returns false and the caller post()s instead. For a caller's own submit.
+    bool try_progress_once(const std::function<void()>& fn);
+    /// Sleeps until a leader completes something, leaves, or a short bound passes.
+    void wait_for_handoff(const std::function<bool()>& done, Clock::time_point until);
+    /// Wakes callers in wait_for_handoff (a completion they may be waiting for); costs one
+    /// atomic load when none sleeps. Any thread.
+    void notify_waiters();
+    /// Called by a leading guest from inside a hook: runs `fn` (a kernel) with the token
+    /// released; if it runs longer than kTakeover, the engine's thread progresses meanwhile.
+    void run_released(const std::function<void()>& fn);
+    /// Whether the calling thread holds the token as a leading guest (any thread).
+    [[nodiscard]] bool guest_leads() const noexcept { return guest_leading_.load(std::memory_order_relaxed); }
     /// Wakes whichever thread is progressing, if it sleeps. Any thread.
     void wake() noexcept { ucp_worker_signal(worker_.get()); }
 
@@ -112,18 +136,26 @@ public:
     /// Connects to a worker by its UCX address (a reply-to); failures arrive via on_ep_error.
     Result<ucp_ep_h> connect_to_worker(std::span<const std::byte> address);
 
-    /// Registered memory: allocated here (2 MiB aligned, huge pages where the kernel gives
-    /// them, zeroed and touched) and registered for RDMA.
+    /// Registered memory, zeroed and touched, registered for RDMA.
     struct Mapped {
         void* base = nullptr;
         std::size_t size = 0;
         std::size_t mapped_length = 0; ///< size rounded up to whole huge pages
         ucp_mem_h memh = nullptr;
         std::vector<std::byte> packed_rkey;
+        bool ucx_allocated = false; ///< shared memory UCX allocated (freed by ucp_mem_unmap)
+        std::string pages;          ///< what backs it, as the kernel reports ("4 KiB pages", ...)
     };
-    Result<Mapped> map_memory(std::size_t size);
+    /// private: our own anonymous mapping, 2 MiB aligned, transparent huge pages. shared:
+    /// allocated by UCX from a shared-memory domain, so same-host peers can map it and read it
+    /// by direct loads (falls back to private-like memory when no such domain is enabled).
+    enum class RegionMemory { private_pages, shared };
+    Result<Mapped> map_memory(std::size_t size, RegionMemory memory = RegionMemory::private_pages);
     void unmap_memory(Mapped& m);
 
+    /// The local address at which remote address `remote` of `rkey` can be read by plain loads
+    /// (a same-host peer's shared memory, mapped here), or nullptr when it cannot.
+    [[nodiscard]] void* rkey_ptr(ucp_rkey_h rkey, std::uint64_t remote) const noexcept;
     /// Unpacks a remote key for `ep`; the caller destroys it with ucp_rkey_destroy.
     Result<ucp_rkey_h> unpack_rkey(ucp_ep_h ep, std::span<const std::byte> packed);
     /// One-sided GET/PUT of `length` bytes at `remote`; `done` runs on the progress thread.
@@ -156,8 +188,14 @@ private:
     void run();
     bool drain();
     bool iterate();
-    void sleep_until_event(bool yield_to_guests);
-    void watch();
+    /// Sleeps on the event fd. With `release_token` (the engine's own thread) the token is let
+    /// go while asleep; returns whether it was taken back.
+    bool sleep_until_event(std::unique_lock<std::mutex>& token, bool release_token, int timeout_ms);
+    [[nodiscard]] int sleep_timeout_ms(bool engine_thread) const;
+    void lead_locked(std::unique_lock<std::mutex>& token, const std::function<bool()>& done, Clock::time_point until);
+    bool acquire_as_guest(std::unique_lock<std::mutex>& token);
+    void leader_left();
+    void watch(Clock::time_point now);
     ucp_ep_h make_ep(ucp_ep_params_t& params, Result<ucp_ep_h>& out);
 
     static ucs_status_t on_am(void* arg, const void* header, size_t header_length, void* data, size_t length,
@@ -191,6 +229,16 @@ private:
     std::mutex guest_mutex_;
     std::condition_variable guest_cv_;
     std::chrono::steady_clock::time_point last_event_{}, last_tick_{}, last_watch_{};
+    /// The clock as iterate() last read it (at most kClockEvery idle passes old).
+    std::chrono::steady_clock::time_point now_{};
+    static constexpr unsigned kClockEvery = 16;
+    unsigned idle_passes_ = 0;
+    std::atomic<bool> guest_leading_{false}; ///< a guest holds the token and progresses
+    std::atomic<bool> guest_busy_{false};    ///< a guest let the token go to run a kernel
+    std::mutex handoff_mutex_;
+    std::condition_variable handoff_cv_;
+    std::uint64_t handoff_generation_ = 0;
+    std::atomic<int> handoff_sleepers_{0};
     std::atomic<bool> sleeping_{false};
     std::atomic<std::uint64_t> bytes_sent_{0};
 

@@ -136,11 +136,10 @@ private:
 struct ClientOptions {
     Transport transport = Transport::any;
     ProgressMode progress = ProgressMode::spin_then_block;
-    /// How long the progress thread polls after the last event before sleeping.
+    /// How long whoever progresses (the background thread, or a caller waiting on a Future,
+    /// which leads progress itself) polls after the last event before sleeping on the
+    /// worker's event fd (spin_then_block).
     std::chrono::microseconds spin{200};
-    /// How long a thread waiting on a Future polls before it sleeps. Polling only pays where
-    /// a core is free for it: on a machine shared with the progress threads, 0 is faster.
-    std::chrono::microseconds wait_spin{0};
     /// How long connect() waits for an agent's WELCOME.
     std::chrono::milliseconds connect_timeout{3000};
     /// Deadline of every call, from ship() to its result.
@@ -160,7 +159,10 @@ struct ClientStats {
 };
 
 /// Ships kernels to agents. Thread-safe: any number of threads may connect and ship through
-/// one client. One progress thread does all UCX work.
+/// one client. A thread that waits on a Future progresses UCX itself while it waits (one
+/// such thread at a time leads; the others are handed their results), so a call costs send,
+/// poll, receive on the calling thread. A background thread progresses for calls nobody waits
+/// on and enforces deadlines; it sleeps when idle.
 class Client {
 public:
     static Result<Client> create(const ClientOptions& options = {});

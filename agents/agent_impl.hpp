@@ -1,0 +1,177 @@
+#pragma once
+// xagent's private parts, shared by the files that implement Agent:
+//   agent.cpp       start, stop, counters
+//   sessions.cpp    client connections: HELLO/WELCOME, pings, stats, regions, answers
+//   dispatch.cpp    RUN: code cache, compiles, running kernels, their outcomes
+//   forwarding.cpp  calls a kernel forwards to peer agents, and answers to a caller's reply-to
+// Everything marked "whoever progresses" is touched by one thread at a time: the engine's
+// own, or a worker leading progress.
+
+#include "agent.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <deque>
+#include <future>
+#include <map>
+#include <random>
+#include <set>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "core/engine.hpp"
+#include "kernel_guard.hpp"
+#include "regions.hpp"
+#include "runtime.hpp"
+#include "topology.hpp"
+#include "worker_pool.hpp"
+
+namespace bitship::agent {
+
+using Clock = std::chrono::steady_clock;
+
+/// How long a forwarded RUN is remembered, so the next agent can ask for its code.
+constexpr auto kForwardMemory = std::chrono::seconds(30);
+/// Messages queued for a peer agent while its connection is being made.
+constexpr std::size_t kMaxQueuedPerLink = 1 << 16;
+
+struct CodeHashHasher {
+    std::size_t operator()(const CodeHash& h) const noexcept {
+        std::size_t v;
+        std::memcpy(&v, h.data(), sizeof v);
+        return v;
+    }
+};
+
+// A RUN in flight: the payload that `run`'s spans point into travels with it.
+struct RunRequest {
+    ucp_ep_h ep = nullptr;
+    std::uint64_t conn = 0; ///< the connection's id, so a reply never reaches a reused ep
+    std::uint64_t id = 0;   ///< this hop's request id (NEED_CODE answers it)
+    std::vector<std::byte> payload;
+    wire::Run run;
+};
+
+// A compiled kernel or an operator's native one: what a worker runs.
+struct Runnable {
+    std::shared_ptr<const jit::CompiledCode> code; // keeps JIT code loaded while it runs
+    bs_entry_fn fn = nullptr;
+};
+
+// A forwarded RUN, owned, for a resend with code on NEED_CODE.
+struct Forwarded {
+    std::string link;
+    CodeHash hash{};
+    wire::Encoded message; // as sent, without code
+    Clock::time_point sent;
+};
+
+// A connection this agent made to a peer agent, to forward to.
+struct Link {
+    std::string address;
+    ucp_ep_h ep = nullptr;
+    bool welcomed = false;
+    std::set<CodeHash> known; ///< hashes sent over this link
+    std::vector<std::uint64_t> queued; ///< forwarded ids waiting for WELCOME
+};
+
+#define BITSHIP_AGENT_COUNTERS(X)                                                                  \
+    X(connections) X(runs) X(results) X(errors) X(need_code_sent) X(code_received)                 \
+    X(code_bytes_received) X(compiles) X(compile_failures) X(cache_hits) X(disk_loads)             \
+    X(malformed_messages) X(kernel_failures) X(kernel_crashes) X(kernel_timeouts) X(pings)           \
+    X(forwards) X(forwards_local) X(code_forwarded) X(native_runs)                                  \
+    X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
+    X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)
+
+struct Counters {
+#define X(name) std::atomic<std::uint64_t> name{0};
+    BITSHIP_AGENT_COUNTERS(X)
+#undef X
+};
+
+/// "host:port" split; port 0 when missing or invalid.
+std::pair<std::string, std::uint16_t> split_host_port(std::string_view a);
+
+
+struct Agent::Impl {
+    AgentConfig config;
+    std::unique_ptr<jit::Jit> jit;
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<RegionTable> regions;
+    std::unique_ptr<WorkerPool> pool;
+    Topology topology;
+    std::uint16_t port = 0;
+    std::uint64_t instance = 0;
+    Counters counters;
+    std::atomic<bool> stopped{false};
+    std::map<std::string, bs_entry_fn, std::less<>> natives;
+
+    // Touched only by whoever progresses (engine thread or leading worker), one at a time.
+    std::unordered_map<ucp_ep_h, std::uint64_t> connections;
+    std::uint64_t next_conn = 1;
+    std::uint64_t next_forward_id = 1;
+    // Requests waiting for a compile of their hash that is already under way.
+    std::unordered_map<CodeHash, std::vector<std::shared_ptr<RunRequest>>, CodeHashHasher> compiling;
+    std::map<std::string, Link> links;
+    std::unordered_map<ucp_ep_h, std::string> link_by_ep;
+    std::unordered_map<std::uint64_t, Forwarded> forwarded;
+    std::unordered_map<std::uint64_t, std::shared_ptr<const jit::CompiledCode>> forwarded_code;
+    std::deque<std::uint64_t> forwarded_order;
+    std::map<std::vector<std::byte>, ucp_ep_h> reply_eps; ///< caller worker address → ep
+    std::unordered_map<ucp_ep_h, std::vector<std::byte>> reply_ep_address;
+
+    std::string address() const { return fmt::format("{}:{}", config.host, port); }
+
+    std::uint64_t conn_of(ucp_ep_h ep) const {
+        auto it = connections.find(ep);
+        return it == connections.end() ? 0 : it->second;
+    }
+
+    std::vector<std::pair<std::string, std::uint64_t>> counter_values() const {
+        std::vector<std::pair<std::string, std::uint64_t>> out;
+#define X(name) out.emplace_back(#name, counters.name.load(std::memory_order_relaxed));
+        BITSHIP_AGENT_COUNTERS(X)
+#undef X
+        return out;
+    }
+
+    // sessions.cpp
+    void reply(ucp_ep_h ep, std::uint64_t conn, wire::Encoded&& m);
+    // The final answer of a call: to the sender at hop 0, to the caller's reply-to after a forward.
+    void answer(const RunRequest& r, wire::Encoded&& m);
+    void answer_error(const RunRequest& r, const Error& e, std::int32_t kernel_code = 0);
+    void reply_error(ucp_ep_h ep, std::uint64_t conn, std::uint64_t id, const Error& e);
+    void on_conn_request(ucp_conn_request_h request);
+    void on_bad_message(ucp_ep_h ep, std::uint64_t id, const Error& e);
+    void on_message(Incoming&& in);
+    void on_ep_error(ucp_ep_h ep, const Error& e);
+
+    // dispatch.cpp
+    void on_run(std::shared_ptr<RunRequest> r);
+    void on_compiled(const CodeHash& hash, Result<std::shared_ptr<const jit::CompiledCode>> code);
+    void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code);
+    const Region* create_region_from_worker(const char* name, std::size_t size);
+    void prepare_ctx(bs_ctx& ctx, const RunRequest& r);
+    void run_kernel(std::shared_ptr<RunRequest> r, Runnable what);
+    void finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,
+                       const std::optional<Error>& stopped, bs_ctx& ctx);
+
+    // forwarding.cpp
+    // The endpoint to a caller's worker (the reply-to of a forwarded call), made on first use.
+    ucp_ep_h reply_ep(std::span<const std::byte> address);
+    void forward(const RunRequest& r, const std::shared_ptr<const jit::CompiledCode>& code, ForwardRequest f);
+    // Keeps a forwarded RUN (and the code it may need) for NEED_CODE; drops old ones.
+    void remember(std::uint64_t id, Forwarded fw, const std::shared_ptr<const jit::CompiledCode>& code);
+    void forget(std::uint64_t id);
+    // Tells the caller of a forwarded call that it failed (the forward never ran, or may not have).
+    void tell_caller(const Forwarded& fw, Errc code, const std::string& message);
+    void send_forward(Link& link, std::uint64_t id, bool with_code = false);
+    Link& link_to(const std::string& address);
+    void on_link_message(const std::string& address, Incoming&& in);
+    void fail_link(Link& link, const Error& why);
+};
+
+} // namespace bitship::agent

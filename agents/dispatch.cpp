@@ -1,0 +1,164 @@
+#include "agent_impl.hpp"
+
+namespace bitship::agent {
+
+void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
+    counters.runs.fetch_add(1, std::memory_order_relaxed);
+    if (r->run.peers.empty() && !config.peers.empty()) {
+        // No table shipped: the operator's. It outlives every request (it is config).
+        for (const auto& p : config.peers) r->run.peers.push_back(p);
+        r->run.self_index = static_cast<std::uint16_t>(config.self_index);
+    }
+    if (r->run.args.size() > config.limits.max_args) {
+        answer_error(*r, Error{Errc::too_large, fmt::format("{} bytes of arguments exceed the limit of {}",
+                                                           r->run.args.size(), config.limits.max_args)});
+        return;
+    }
+    if (r->run.hash == CodeHash{}) { // an operator's native kernel
+        auto it = natives.find(r->run.entry);
+        if (it == natives.end()) {
+            answer_error(*r, Error{Errc::entry_not_found, fmt::format("agent has no native kernel '{}'", r->run.entry)});
+            return;
+        }
+        counters.native_runs.fetch_add(1, std::memory_order_relaxed);
+        run_kernel(std::move(r), Runnable{nullptr, it->second});
+        return;
+    }
+    if (auto code = jit->find(r->run.hash)) {
+        counters.cache_hits.fetch_add(1, std::memory_order_relaxed);
+        run_compiled(std::move(r), std::move(code));
+        return;
+    }
+    if (auto it = compiling.find(r->run.hash); it != compiling.end()) {
+        it->second.push_back(std::move(r));
+        return;
+    }
+    bool has_code = !r->run.code.empty();
+    if (!has_code && !jit->on_disk(r->run.hash)) {
+        counters.need_code_sent.fetch_add(1, std::memory_order_relaxed);
+        reply(r->ep, r->conn, wire::encode_need_code(r->id, r->run.hash));
+        return;
+    }
+    if (has_code) {
+        counters.code_received.fetch_add(1, std::memory_order_relaxed);
+        counters.code_bytes_received.fetch_add(r->run.code.size(), std::memory_order_relaxed);
+    }
+    auto hash = r->run.hash;
+    compiling[hash].push_back(r);
+    // Compiling takes milliseconds: it runs as a job, never while progressing UCX.
+    bool queued = pool->submit([this, r, has_code] {
+        auto code = has_code ? jit->compile(r->run.code, r->run.hash) : jit->load(r->run.hash);
+        engine->post([this, hash = r->run.hash, code = std::move(code)]() mutable { on_compiled(hash, std::move(code)); });
+    });
+    if (!queued) on_compiled(hash, fail(Errc::shutting_down, "agent is shutting down"));
+}
+
+void Agent::Impl::on_compiled(const CodeHash& hash, Result<std::shared_ptr<const jit::CompiledCode>> code) {
+    auto node = compiling.extract(hash);
+    if (node.empty()) return;
+    auto waiting = std::move(node.mapped());
+    if (!code) {
+        counters.compile_failures.fetch_add(1, std::memory_order_relaxed);
+        for (auto& r : waiting) answer_error(*r, code.error());
+        return;
+    }
+    counters.compiles.fetch_add(1, std::memory_order_relaxed);
+    const auto& s = (*code)->stats();
+    if (s.from_disk) counters.disk_loads.fetch_add(1, std::memory_order_relaxed);
+    auto ns = [](double ms) { return static_cast<std::uint64_t>(ms * 1e6); };
+    counters.last_compile_verify_ns.store(ns(s.verify_ms), std::memory_order_relaxed);
+    counters.last_compile_parse_ns.store(ns(s.parse_ms), std::memory_order_relaxed);
+    counters.last_compile_optimise_ns.store(ns(s.optimise_ms), std::memory_order_relaxed);
+    counters.last_compile_codegen_ns.store(ns(s.codegen_ms), std::memory_order_relaxed);
+    counters.last_compile_link_ns.store(ns(s.link_ms), std::memory_order_relaxed);
+    counters.last_compile_tier.store(s.tier, std::memory_order_relaxed);
+    spdlog::info("compiled {} at tier {}{}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
+                 to_hex(hash, 16), s.tier, s.from_object ? " (object from disk cache)" : s.from_disk ? " (from disk cache)" : "",
+                 s.verify_ms, s.parse_ms, s.optimise_ms, s.codegen_ms, s.link_ms);
+    for (auto& r : waiting) run_compiled(std::move(r), *code);
+}
+
+void Agent::Impl::run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code) {
+    auto fn = code->entry(r->run.entry);
+    if (!fn) {
+        answer_error(*r, fn.error());
+        return;
+    }
+    run_kernel(std::move(r), Runnable{std::move(code), *fn});
+}
+
+const Region* Agent::Impl::create_region_from_worker(const char* name, std::size_t size) {
+    // Registration belongs to whoever progresses: ask and wait (it never waits on a kernel).
+    auto done = std::make_shared<std::promise<const Region*>>();
+    auto result = done->get_future();
+    engine->post([this, done, name = std::string(name), size] {
+        auto r = regions->create(name, size);
+        if (!r) spdlog::warn("a kernel's region: {}", r.error().describe());
+        done->set_value(r ? *r : nullptr);
+    });
+    return result.get();
+}
+
+void Agent::Impl::prepare_ctx(bs_ctx& ctx, const RunRequest& r) {
+    ctx.args = r.run.args;
+    ctx.max_result = config.limits.max_result;
+    ctx.max_args = config.limits.max_args;
+    ctx.run = &r.run;
+    ctx.regions = regions.get();
+    ctx.create_region = [this](const char* name, std::size_t size) { return create_region_from_worker(name, size); };
+}
+
+void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
+    if (WorkerPool::on_leading_worker()) {
+        // The worker that received the RUN runs it and answers, with no hand-off to another
+        // thread. It lets the progress token go while the kernel runs, so a long kernel has
+        // the engine's thread take over progress within Engine::kTakeover.
+        bs_ctx ctx;
+        prepare_ctx(ctx, *r);
+        std::optional<Error> stopped;
+        engine->run_released([&] { stopped = run_guarded(what.fn, &ctx, config.kernel_timeout); });
+        ctx.create_region = nullptr;
+        finish_kernel(r, what.code, stopped, ctx);
+        return;
+    }
+    bool queued = pool->submit([this, r, what = std::move(what)] {
+        bs_ctx ctx;
+        prepare_ctx(ctx, *r);
+        auto stopped = run_guarded(what.fn, &ctx, config.kernel_timeout);
+        ctx.create_region = nullptr;
+        engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {
+            finish_kernel(r, code, stopped, ctx);
+        });
+    });
+    if (!queued) answer_error(*r, Error{Errc::shutting_down, "agent is shutting down"});
+}
+
+void Agent::Impl::finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,
+                   const std::optional<Error>& stopped, bs_ctx& ctx) {
+    if (stopped) {
+        auto& c = stopped->code == Errc::kernel_timeout ? counters.kernel_timeouts : counters.kernel_crashes;
+        c.fetch_add(1, std::memory_order_relaxed);
+        spdlog::warn("kernel '{}' of {}: {}", r->run.entry, to_hex(r->run.hash, 16), stopped->message);
+        answer_error(*r, Error{stopped->code, fmt::format("kernel '{}': {}", r->run.entry, stopped->message)});
+        return;
+    }
+    if (ctx.runtime_error) {
+        answer_error(*r, *ctx.runtime_error);
+        return;
+    }
+    if (ctx.forward) {
+        forward(*r, code, std::move(*ctx.forward));
+        return;
+    }
+    if (ctx.failed) {
+        counters.kernel_failures.fetch_add(1, std::memory_order_relaxed);
+        answer_error(*r,
+                     Error{Errc::kernel_failed, fmt::format("kernel '{}' failed with code {}: {}", r->run.entry,
+                                                            ctx.fail_code, ctx.fail_message)},
+                     ctx.fail_code);
+        return;
+    }
+    counters.results.fetch_add(1, std::memory_order_relaxed);
+    answer(*r, wire::encode_result(0, std::move(ctx.reply)));
+}
+} // namespace bitship::agent

@@ -1,0 +1,136 @@
+#include "agent_impl.hpp"
+
+namespace bitship::agent {
+
+void Agent::Impl::reply(ucp_ep_h ep, std::uint64_t conn, wire::Encoded&& m) {
+    auto it = connections.find(ep);
+    if (it == connections.end() || it->second != conn) {
+        spdlog::debug("reply {} to a closed connection dropped", m.header.request_id);
+        return;
+    }
+    engine->send(ep, std::move(m));
+}
+
+void Agent::Impl::answer(const RunRequest& r, wire::Encoded&& m) {
+    m.header.request_id = r.run.hops == 0 ? r.id : r.run.origin;
+    if (r.run.hops == 0 || r.run.reply_to.empty()) {
+        reply(r.ep, r.conn, std::move(m));
+        return;
+    }
+    if (auto* ep = reply_ep(r.run.reply_to)) engine->send(ep, std::move(m));
+}
+
+void Agent::Impl::answer_error(const RunRequest& r, const Error& e, std::int32_t kernel_code) {
+    counters.errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::info("request {}: {}", r.id, e.describe());
+    // After a forward the caller has no connection to us, so the message says who we are.
+    auto text = r.run.hops == 0 ? e.message : fmt::format("agent {}: {}", address(), e.message);
+    answer(r, wire::encode_error(0, e.code, text, kernel_code));
+}
+
+void Agent::Impl::reply_error(ucp_ep_h ep, std::uint64_t conn, std::uint64_t id, const Error& e) {
+    counters.errors.fetch_add(1, std::memory_order_relaxed);
+    spdlog::info("request {}: {}", id, e.describe());
+    reply(ep, conn, wire::encode_error(id, e.code, e.message));
+}
+
+void Agent::Impl::on_conn_request(ucp_conn_request_h request) {
+    auto ep = engine->accept(request);
+    if (!ep) {
+        spdlog::warn("could not accept a connection: {}", ep.error().describe());
+        return;
+    }
+    connections[*ep] = next_conn++;
+    counters.connections.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Agent::Impl::on_bad_message(ucp_ep_h ep, std::uint64_t id, const Error& e) {
+    counters.malformed_messages.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("bad message (request {}): {}", id, e.describe());
+    if (ep && connections.contains(ep)) reply_error(ep, conn_of(ep), id, e);
+}
+
+void Agent::Impl::on_message(Incoming&& in) {
+    if (auto link = link_by_ep.find(in.ep); link != link_by_ep.end()) {
+        on_link_message(link->second, std::move(in));
+        return;
+    }
+    auto conn = conn_of(in.ep);
+    if (!in.ep || !conn) {
+        counters.malformed_messages.fetch_add(1, std::memory_order_relaxed);
+        spdlog::warn("{} message from no known connection dropped", wire::to_string(in.header.type));
+        return;
+    }
+    auto msg = wire::decode(in.header, in.payload);
+    if (!msg) {
+        counters.malformed_messages.fetch_add(1, std::memory_order_relaxed);
+        reply_error(in.ep, conn, in.header.request_id, msg.error());
+        return;
+    }
+    switch (in.header.type) {
+    case wire::Type::hello: {
+        wire::Welcome w;
+        auto addr = address();
+        const auto& host = jit::host();
+        w.agent = addr;
+        w.triple = host.triple;
+        w.cpu = host.cpu;
+        w.llvm = host.llvm;
+        w.limits = config.limits;
+        w.cores = topology.cores;
+        w.workers = pool->size();
+        w.instance = instance;
+        reply(in.ep, conn, wire::encode_welcome(w));
+        return;
+    }
+    case wire::Type::ping:
+        counters.pings.fetch_add(1, std::memory_order_relaxed);
+        reply(in.ep, conn, wire::encode_ping(wire::Type::pong, in.header.request_id, in.payload));
+        return;
+    case wire::Type::stats: {
+        auto all = counter_values();
+        reply(in.ep, conn, wire::encode_stats_reply(in.header.request_id, all));
+        return;
+    }
+    case wire::Type::region: {
+        auto name = std::get<wire::Region>(msg->body).name;
+        const auto* r = regions->find(name);
+        if (!r) {
+            reply_error(in.ep, conn, in.header.request_id,
+                        Error{Errc::region_not_found, fmt::format("agent has no memory region '{}'", name)});
+            return;
+        }
+        wire::RegionInfo info{reinterpret_cast<std::uint64_t>(r->base), r->size, r->mapped.packed_rkey};
+        reply(in.ep, conn, wire::encode_region_info(in.header.request_id, info));
+        return;
+    }
+    case wire::Type::run: {
+        auto r = std::make_shared<RunRequest>();
+        r->ep = in.ep;
+        r->conn = conn;
+        r->id = in.header.request_id;
+        r->run = std::get<wire::Run>(std::move(msg->body)); // spans into in.payload ...
+        r->payload = std::move(in.payload);                  // ... whose buffer moves, not reallocates
+        on_run(std::move(r));
+        return;
+    }
+    case wire::Type::need_code: // a peer agent asking over a connection it made to us: not ours
+    default:
+        reply_error(in.ep, conn, in.header.request_id,
+                    Error{Errc::unknown_message, fmt::format("an agent does not accept {} messages",
+                                                             wire::to_string(in.header.type))});
+    }
+}
+
+void Agent::Impl::on_ep_error(ucp_ep_h ep, const Error& e) {
+    if (connections.erase(ep)) spdlog::info("client went away: {}", e.message);
+    if (auto it = link_by_ep.find(ep); it != link_by_ep.end()) {
+        spdlog::warn("peer {} went away: {}", it->second, e.message);
+        fail_link(links[it->second], e);
+    }
+    if (auto it = reply_ep_address.find(ep); it != reply_ep_address.end()) {
+        reply_eps.erase(it->second);
+        reply_ep_address.erase(it);
+    }
+}
+} // namespace bitship::agent

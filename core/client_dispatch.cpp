@@ -1,0 +1,137 @@
+#include "client_impl.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace bitship {
+
+void Client::Impl::submit(const std::shared_ptr<CallState>& c) {
+    auto it = peers.find(c->peer);
+    if (it == peers.end()) {
+        c->complete(fail(Errc::invalid_argument, "target does not belong to this client"));
+        return;
+    }
+    auto& p = it->second;
+    if (p.welcomed) {
+        dispatch(p, c);
+        return;
+    }
+    // Not connected (the agent went away): reconnect once for this call.
+    p.waiting.push_back(c);
+    if (!p.ep) {
+        reconnects.fetch_add(1, std::memory_order_relaxed);
+        start_connect(p);
+    }
+}
+
+void Client::Impl::dispatch(Peer& p, const std::shared_ptr<CallState>& c) {
+    switch (c->kind) {
+    case Kind::run: send_run(p, c, false); return;
+    case Kind::ping:
+        engine->send(p.ep, wire::encode_ping(wire::Type::ping, c->id, c->args));
+        pending[c->id] = c;
+        return;
+    case Kind::stats:
+        engine->send(p.ep, wire::encode_stats(c->id));
+        pending[c->id] = c;
+        return;
+    case Kind::region:
+        engine->send(p.ep, wire::encode_region(c->id, c->name));
+        pending[c->id] = c;
+        return;
+    case Kind::get:
+    case Kind::put: start_rma(p, c); return;
+    default: c->complete(fail(Errc::internal, "unknown call kind")); return;
+    }
+}
+
+const Result<SliceChoice>& Client::Impl::choose_slice(const CallState& c, Peer& p) {
+    // A kernel handle's bundle is embedded, immutable storage: its address names it, and
+    // the peer's triple picks the slice, once. An explicit slice (ship_slice, tools) may come
+    // from a reused buffer, so it is named by its content.
+    Result<SliceChoice>* cached = nullptr;
+    if (c.forced_slice) {
+        auto key = std::pair{hash_code(c.bundle), *c.forced_slice};
+        auto [it, fresh] = forced_slices.try_emplace(key, fail(Errc::internal, "slice not chosen"));
+        if (!fresh) return it->second;
+        cached = &it->second;
+    } else {
+        auto [it, fresh] = p.slice_by_bundle.try_emplace(c.bundle.data(), fail(Errc::internal, "slice not chosen"));
+        if (!fresh) return it->second;
+        cached = &it->second;
+    }
+    auto compute = [&]() -> Result<SliceChoice> {
+        auto view = BundleView::parse(c.bundle);
+        if (!view) return tl::make_unexpected(view.error());
+        std::size_t index = 0;
+        if (c.forced_slice) {
+            if (*c.forced_slice >= view->slices.size())
+                return fail(Errc::invalid_argument, fmt::format("bundle has {} slices, slice {} asked for",
+                                                                view->slices.size(), *c.forced_slice));
+            index = *c.forced_slice;
+        } else {
+            auto found = view->find_slice(p.info->triple);
+            if (!found)
+                return fail(Errc::no_matching_slice, fmt::format("bundle has slices for [{}]; {} runs {}",
+                                                                 view->triples(), agent_name(p), p.info->triple));
+            index = *found;
+        }
+        SliceChoice s;
+        s.hash = view->slices[index].hash;
+        s.code = std::make_shared<const Bytes>(extract_slice(*view, index));
+        return s;
+    };
+    *cached = compute();
+    return *cached;
+}
+
+void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool with_code) {
+    if (c->native) {
+        c->hash = CodeHash{};
+        send_run_message(p, c, {});
+        return;
+    }
+    const auto& choice = choose_slice(*c, p);
+    if (!choice) {
+        c->complete(tl::make_unexpected(choice.error()));
+        return;
+    }
+    c->hash = choice->hash;
+    if (c->args.size() > p.info->max_args) {
+        c->complete(fail(Errc::too_large, fmt::format("{} bytes of arguments exceed {}'s limit of {}", c->args.size(),
+                                                      agent_name(p), p.info->max_args)));
+        return;
+    }
+    if (!p.known) p.known = &known[p.address];
+    auto& known_here = *p.known;
+    with_code = with_code || !known_here.contains(c->hash);
+    if (with_code && choice->code->size() + c->args.size() > p.info->max_message) {
+        c->complete(fail(Errc::too_large, fmt::format("code ({} bytes) and arguments exceed {}'s message limit of {}",
+                                                      choice->code->size(), agent_name(p), p.info->max_message)));
+        return;
+    }
+    send_run_message(p, c, with_code ? std::span<const std::byte>(*choice->code) : std::span<const std::byte>{});
+    if (with_code) {
+        bundles_sent.fetch_add(1, std::memory_order_relaxed);
+        bundle_bytes_sent.fetch_add(choice->code->size(), std::memory_order_relaxed);
+        known_here.insert(c->hash);
+    }
+}
+
+void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c, std::span<const std::byte> code) {
+    wire::Run run;
+    run.hash = c->hash;
+    run.origin = c->id;
+    run.entry = c->entry;
+    run.args = c->args;
+    run.code = code;
+    if (!c->peers.empty() || c->forward) {
+        run.reply_to = engine->worker_address();
+        for (const auto& a : c->peers) run.peers.push_back(a);
+        run.self_index = c->self_index;
+        run.hop_budget = c->hop_budget;
+    }
+    engine->send(p.ep, wire::encode_run(c->id, run));
+    runs_sent.fetch_add(1, std::memory_order_relaxed);
+    pending[c->id] = c;
+}
+} // namespace bitship

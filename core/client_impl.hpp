@@ -1,0 +1,183 @@
+#pragma once
+// The client's private parts, shared by the files that implement it:
+//   future.cpp          waiting for a result (the waiting caller leads progress)
+//   client.cpp          the public API: create, connect, ship, stats
+//   client_session.cpp  connections to agents: HELLO/WELCOME, replies, failures, deadlines
+//   client_dispatch.cpp the ship path: slice choice, RUN, NEED_CODE
+//   client_rma.cpp      regions, one-sided GET/PUT and GET walks
+// Everything below "progress token" is touched only by whoever progresses the engine (its
+// own thread, or a caller leading while it waits), one at a time.
+
+#include <bitship/client.hpp>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <unordered_map>
+
+#include <fmt/format.h>
+
+#include "engine.hpp"
+#include "wire.hpp"
+
+namespace bitship {
+
+using Clock = std::chrono::steady_clock;
+
+namespace detail {
+
+/// The engine a waiting caller may lead, while its client lives: the client clears it (under
+/// the unique lock) before it stops the engine. Shared by the client and every call.
+struct ProgressHandle {
+    std::shared_mutex mutex;
+    Engine* engine = nullptr;
+};
+
+/// One call's state, shared by the caller's Future and the client's pending table until the
+/// call completes. complete() is called once, by whoever progresses (or by the caller before
+/// the call was ever submitted).
+struct CallState {
+    std::atomic<bool> done{false};
+    mutable std::mutex mutex; ///< guards result
+    Result<Bytes> result = fail(Errc::internal, "call never completed");
+    Clock::time_point deadline;
+    std::shared_ptr<ProgressHandle> progress;
+    Engine* engine = nullptr; ///< to wake waiters; valid while anyone can complete the call
+
+    // Progress-token bookkeeping.
+    enum class Kind { run, ping, stats, connect, region, get, put, chain };
+    std::uint64_t id = 0;
+    std::uint64_t peer = 0;
+    Kind kind = Kind::run;
+    std::span<const std::byte> bundle; // the whole bundle (static storage, or `owned`)
+    std::optional<std::size_t> forced_slice;
+    std::string entry;
+    Bytes args;
+    CodeHash hash{};
+    bool resent = false;
+    bool native = false;  // a pre-installed kernel: no code, an all-zero hash
+    bool forward = false; // may forward through the agents' configured peers
+    // Forwarding: the peer table by address, this target's index in it, the hop budget.
+    std::vector<std::string> peers;
+    std::uint16_t self_index = 0;
+    std::uint16_t hop_budget = 0;
+    // RMA: the region, where, and (get_chain) the walk.
+    RemoteRegion region;
+    std::uint64_t offset = 0;
+    std::string name;
+    Client::NextGet next;
+    Bytes scratch;
+
+    void complete(Result<Bytes> r) {
+        {
+            std::lock_guard lock(mutex);
+            if (done.load(std::memory_order_relaxed)) return;
+            result = std::move(r);
+            done.store(true, std::memory_order_seq_cst);
+        }
+        // A caller that could not lead sleeps until a leader completes something: this.
+        if (engine) engine->notify_waiters();
+    }
+};
+
+} // namespace detail
+
+using detail::CallState;
+using Kind = CallState::Kind;
+
+struct SliceChoice {
+    CodeHash hash{};
+    std::shared_ptr<const Bytes> code; // single-slice bundle sent to agents of this triple
+};
+
+/// An unpacked remote key, and where its region is mapped here when it is a same-host
+/// agent's shared memory (nullptr otherwise).
+struct MappedRkey {
+    ucp_rkey_h rkey = nullptr;
+    std::byte* local_base = nullptr;
+};
+
+struct Peer {
+    std::uint64_t id = 0;
+    std::string host;
+    std::uint16_t port = 0;
+    std::string address;
+    ucp_ep_h ep = nullptr;
+    bool welcomed = false;
+    std::shared_ptr<const AgentInfo> info;
+    Clock::time_point connect_deadline;
+    std::vector<std::shared_ptr<CallState>> waiting; // calls queued until connected
+    std::shared_ptr<CallState> connecting;           // connect()'s own call, if any
+    /// The slice this agent's triple takes from each embedded bundle, by the bundle's address.
+    std::unordered_map<const void*, Result<SliceChoice>> slice_by_bundle;
+    /// Hashes this address holds (Client::Impl::known's entry, made on first use).
+    std::set<CodeHash>* known = nullptr;
+};
+
+/// "host:port" (IPv6 in brackets) split and checked.
+Result<std::pair<std::string, std::uint16_t>> split_address(std::string_view host_port);
+
+struct Client::Impl {
+    ClientOptions options;
+    std::unique_ptr<Engine> engine;
+    std::shared_ptr<detail::ProgressHandle> progress = std::make_shared<detail::ProgressHandle>();
+    std::atomic<std::uint64_t> next_id{1};
+    std::atomic<std::uint64_t> next_peer{1};
+
+    std::atomic<std::uint64_t> runs_sent{0}, bundles_sent{0}, bundle_bytes_sent{0}, need_code_received{0}, reconnects{0};
+    std::atomic<std::uint64_t> stray_replies{0};
+
+    // --- progress token -------------------------------------------------------------------
+    std::unordered_map<std::uint64_t, Peer> peers;
+    std::unordered_map<ucp_ep_h, std::uint64_t> peer_by_ep;
+    std::unordered_map<std::uint64_t, std::shared_ptr<CallState>> pending;
+    // Hashes each agent address holds, kept across reconnects: a restarted agent that lost
+    // them answers NEED_CODE and gets the code once.
+    std::map<std::string, std::set<CodeHash>> known;
+    std::map<std::pair<CodeHash, std::size_t>, Result<SliceChoice>> forced_slices;
+    std::map<std::pair<std::uint64_t, std::string>, RemoteRegion> regions;
+    std::map<std::pair<ucp_ep_h, const Bytes*>, MappedRkey> rkeys;
+
+    std::string agent_name(const Peer& p) const { return fmt::format("agent {}", p.address); }
+
+    /// Any thread: a new call's state, with its deadline.
+    std::shared_ptr<CallState> new_call(std::uint64_t peer, Kind kind);
+    /// Any thread: submits `c` on the calling thread when it can take the progress token at
+    /// once (no thread hand-off), else hands it to whoever progresses.
+    void submit_from_caller(const std::shared_ptr<CallState>& c);
+
+    // client_session.cpp
+    void start_connect(Peer& p);
+    void fail_peer(Peer& p, const Error& why);
+    Peer* peer_of(ucp_ep_h ep);
+    void on_welcome(Peer& p, const wire::Welcome& w);
+    // An answer from an agent this client did not call directly: the last hop of a forwarded
+    // call, answering the reply-to. Matched by request id alone; its message names the agent.
+    void on_forwarded_reply(Incoming&& in);
+    void on_message(Incoming&& in);
+    void on_ep_error(ucp_ep_h ep, const Error& e);
+    void on_tick();
+    void shutdown();
+
+    // client_dispatch.cpp
+    void submit(const std::shared_ptr<CallState>& c);
+    void dispatch(Peer& p, const std::shared_ptr<CallState>& c);
+    const Result<SliceChoice>& choose_slice(const CallState& c, Peer& p);
+    void send_run(Peer& p, const std::shared_ptr<CallState>& c, bool with_code);
+    void send_run_message(Peer& p, const std::shared_ptr<CallState>& c, std::span<const std::byte> code);
+
+    // client_rma.cpp
+    Result<MappedRkey> rkey_for(Peer& p, const RemoteRegion& r);
+    Result<MappedRkey> checked_rkey(Peer& p, const RemoteRegion& region, std::uint64_t offset, std::size_t length);
+    void drop_rkeys(ucp_ep_h ep);
+    // One GET or PUT for call `c`; `after` runs on completion with the call still pending.
+    void issue_rma(Peer& p, const std::shared_ptr<CallState>& c, const RemoteRegion& region, std::uint64_t offset,
+                   std::size_t length, bool is_get, std::function<void(ucs_status_t)> after);
+    void start_rma(Peer& p, const std::shared_ptr<CallState>& c);
+    // The next step of a dependent GET walk; runs on the progress thread after each GET.
+    void chain_step(const std::shared_ptr<CallState>& c, std::span<const std::byte> last);
+};
+
+} // namespace bitship

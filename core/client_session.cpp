@@ -1,0 +1,216 @@
+#include "client_impl.hpp"
+
+#include <spdlog/spdlog.h>
+
+namespace bitship {
+
+Result<std::pair<std::string, std::uint16_t>> split_address(std::string_view host_port) {
+    auto colon = host_port.rfind(':');
+    if (colon == std::string_view::npos || colon == 0 || colon + 1 == host_port.size())
+        return fail(Errc::invalid_argument, fmt::format("address '{}' is not HOST:PORT", host_port));
+    std::string host(host_port.substr(0, colon));
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    unsigned port = 0;
+    for (char c : host_port.substr(colon + 1)) {
+        if (c < '0' || c > '9' || port > 65535) return fail(Errc::invalid_argument, fmt::format("bad port in '{}'", host_port));
+        port = port * 10 + static_cast<unsigned>(c - '0');
+    }
+    if (port == 0 || port > 65535) return fail(Errc::invalid_argument, fmt::format("port out of range in '{}'", host_port));
+    return std::pair{host, static_cast<std::uint16_t>(port)};
+}
+
+
+void Client::Impl::start_connect(Peer& p) {
+    p.welcomed = false;
+    p.connect_deadline = Clock::now() + options.connect_timeout;
+    auto ep = engine->connect(p.host, p.port);
+    if (!ep) {
+        fail_peer(p, Error{Errc::connect_failed, ep.error().message});
+        return;
+    }
+    p.ep = *ep;
+    peer_by_ep[p.ep] = p.id;
+    engine->send(p.ep, wire::encode_hello("bitship-client"));
+}
+
+void Client::Impl::fail_peer(Peer& p, const Error& why) {
+    // Calls waiting for the connection, the connect itself, and calls in flight to it.
+    auto waiting = std::move(p.waiting);
+    p.waiting.clear();
+    for (auto& c : waiting) c->complete(tl::make_unexpected(why));
+    if (p.connecting) {
+        p.connecting->complete(tl::make_unexpected(why));
+        p.connecting.reset();
+    }
+    for (auto it = pending.begin(); it != pending.end();) {
+        if (it->second->peer == p.id) {
+            it->second->complete(tl::make_unexpected(why));
+            it = pending.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    if (p.ep) {
+        peer_by_ep.erase(p.ep);
+        p.ep = nullptr;
+    }
+    p.welcomed = false;
+}
+
+Peer* Client::Impl::peer_of(ucp_ep_h ep) {
+    auto it = peer_by_ep.find(ep);
+    if (it == peer_by_ep.end()) return nullptr;
+    auto p = peers.find(it->second);
+    return p == peers.end() ? nullptr : &p->second;
+}
+
+void Client::Impl::on_welcome(Peer& p, const wire::Welcome& w) {
+    auto info = std::make_shared<AgentInfo>();
+    info->address = p.address;
+    info->triple = std::string(w.triple);
+    info->cpu = std::string(w.cpu);
+    info->llvm = w.llvm;
+    info->max_message = w.limits.max_message;
+    info->max_args = w.limits.max_args;
+    info->max_result = w.limits.max_result;
+    info->cores = w.cores;
+    info->workers = w.workers;
+    info->instance = w.instance;
+    // An agent restarted on another architecture takes other slices.
+    if (p.info && p.info->triple != info->triple) p.slice_by_bundle.clear();
+    p.info = std::move(info);
+    p.welcomed = true;
+    if (p.connecting) {
+        p.connecting->complete(Bytes{});
+        p.connecting.reset();
+    }
+    auto waiting = std::move(p.waiting);
+    p.waiting.clear();
+    for (auto& c : waiting) dispatch(p, c);
+}
+
+void Client::Impl::on_forwarded_reply(Incoming&& in) {
+    auto it = pending.find(in.header.request_id);
+    if (it == pending.end() || it->second->kind != Kind::run) {
+        if (in.header.request_id < next_id.load()) stray_replies.fetch_add(1, std::memory_order_relaxed);
+        spdlog::debug("client: {} for unknown request {} dropped", wire::to_string(in.header.type), in.header.request_id);
+        return;
+    }
+    auto c = it->second;
+    if (in.header.type == wire::Type::result) {
+        pending.erase(it);
+        c->complete(std::move(in.payload));
+        return;
+    }
+    if (in.header.type == wire::Type::error) {
+        auto msg = wire::decode(in.header, in.payload);
+        pending.erase(it);
+        if (!msg) c->complete(tl::make_unexpected(msg.error()));
+        else {
+            const auto& e = std::get<wire::ErrorMsg>(msg->body);
+            c->complete(fail(e.code, std::string(e.message)));
+        }
+    }
+}
+
+void Client::Impl::on_message(Incoming&& in) {
+    auto* p = peer_of(in.ep);
+    if (!p) {
+        on_forwarded_reply(std::move(in));
+        return;
+    }
+    auto msg = wire::decode(in.header, in.payload);
+    if (!msg) {
+        spdlog::warn("client: bad message from {}: {}", agent_name(*p), msg.error().describe());
+        // A reply we cannot read still ends its call, with the reason.
+        if (auto it = pending.find(in.header.request_id); it != pending.end()) {
+            it->second->complete(fail(msg.error().code, fmt::format("{}: {}", agent_name(*p), msg.error().message)));
+            pending.erase(it);
+        }
+        return;
+    }
+    if (auto* w = std::get_if<wire::Welcome>(&msg->body)) {
+        on_welcome(*p, *w);
+        return;
+    }
+    auto it = pending.find(in.header.request_id);
+    if (it == pending.end()) {
+        if (in.header.request_id < next_id.load()) stray_replies.fetch_add(1, std::memory_order_relaxed);
+        spdlog::debug("client: {} for unknown request {} from {}", wire::to_string(in.header.type),
+                      in.header.request_id, agent_name(*p));
+        return;
+    }
+    auto c = it->second;
+    switch (in.header.type) {
+    case wire::Type::result:
+    case wire::Type::pong:
+    case wire::Type::stats_reply:
+    case wire::Type::region_info:
+        pending.erase(it);
+        c->complete(std::move(in.payload));
+        return;
+    case wire::Type::error: {
+        const auto& e = std::get<wire::ErrorMsg>(msg->body);
+        pending.erase(it);
+        c->complete(fail(e.code, fmt::format("{}: {}", agent_name(*p), e.message)));
+        return;
+    }
+    case wire::Type::need_code:
+        need_code_received.fetch_add(1, std::memory_order_relaxed);
+        pending.erase(it);
+        if (c->resent) {
+            c->complete(fail(Errc::code_missing, fmt::format("{} asked for code {} again after it was sent",
+                                                             agent_name(*p), to_hex(c->hash, 16))));
+            return;
+        }
+        c->resent = true;
+        send_run(*p, c, true);
+        return;
+    default:
+        spdlog::warn("client: unexpected {} from {}", wire::to_string(in.header.type), agent_name(*p));
+    }
+}
+
+void Client::Impl::on_ep_error(ucp_ep_h ep, const Error& e) {
+    drop_rkeys(ep);
+    auto* p = peer_of(ep);
+    if (!p) return;
+    Error why{p->welcomed ? Errc::disconnected : Errc::connect_failed,
+              p->welcomed ? fmt::format("{} disconnected: {}", agent_name(*p), e.message)
+                          : fmt::format("no agent answered at {}: {}", p->address, e.message)};
+    fail_peer(*p, why);
+}
+
+void Client::Impl::on_tick() {
+    auto now = Clock::now();
+    for (auto& [id, p] : peers) {
+        if (p.ep && !p.welcomed && now > p.connect_deadline) {
+            auto ep = p.ep;
+            fail_peer(p, Error{Errc::connect_failed,
+                               fmt::format("no agent answered at {} within {} ms", p.address, options.connect_timeout.count())});
+            engine->close(ep);
+        }
+    }
+    for (auto it = pending.begin(); it != pending.end();) {
+        if (now > it->second->deadline) {
+            auto& c = *it->second;
+            auto peer = peers.find(c.peer);
+            c.complete(fail(Errc::timeout, fmt::format("no answer from {} within {} ms",
+                                                       peer == peers.end() ? "agent" : agent_name(peer->second),
+                                                       options.call_timeout.count())));
+            it = pending.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
+void Client::Impl::shutdown() {
+    Error why{Errc::shutting_down, "client is shutting down"};
+    for (auto& [id, p] : peers) fail_peer(p, why);
+    for (auto& [id, c] : pending) c->complete(tl::make_unexpected(why));
+    pending.clear();
+    for (auto& [key, rkey] : rkeys) ucp_rkey_destroy(rkey.rkey);
+    rkeys.clear();
+}
+} // namespace bitship

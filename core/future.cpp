@@ -1,0 +1,53 @@
+// Waiting for a result. The waiting thread progresses the engine itself (it becomes the
+// leader), so a call's reply is received, decoded and handed over on the thread that wants
+// it, with no wake-up of any other thread. When another caller already leads, this one
+// sleeps until that leader completes its call or leaves, and then leads in turn.
+#include "client_impl.hpp"
+
+#include <thread>
+
+namespace bitship {
+namespace {
+// A leader gives the engine back at least this often, so a destroyed client is noticed.
+constexpr auto kLeadSlice = std::chrono::milliseconds(100);
+} // namespace
+
+bool Future::ready() const noexcept { return state_ && state_->done.load(std::memory_order_acquire); }
+
+bool Future::wait_for(std::chrono::nanoseconds timeout) const {
+    if (!state_) return true;
+    auto& s = *state_;
+    auto done = [&s] { return s.done.load(std::memory_order_seq_cst); };
+    if (done()) return true;
+    auto until = Clock::now() + timeout;
+    for (;;) {
+        if (done()) return true;
+        auto now = Clock::now();
+        if (now >= until) return false;
+        auto slice_end = std::min(until, now + kLeadSlice);
+        std::shared_lock alive(s.progress->mutex);
+        Engine* engine = s.progress->engine;
+        if (!engine) {
+            // The client is gone; it failed every call it knew of. Nothing will progress.
+            alive.unlock();
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            continue;
+        }
+        if (engine->try_lead_until(done, slice_end) == Engine::Lead::other_leader)
+            engine->wait_for_handoff(done, slice_end);
+    }
+}
+
+Result<Bytes> Future::get() const {
+    if (!state_) return fail(Errc::invalid_argument, "empty future");
+    // The client fails every call at its deadline; the extra time only covers a client that
+    // was destroyed while we waited.
+    while (!wait_for(std::chrono::seconds(1))) {
+        if (Clock::now() > state_->deadline + std::chrono::seconds(5))
+            return fail(Errc::timeout, "call outlived its deadline (client gone?)");
+    }
+    std::lock_guard lock(state_->mutex);
+    return state_->result;
+}
+
+} // namespace bitship
