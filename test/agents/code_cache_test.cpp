@@ -92,7 +92,7 @@ TEST_CASE("an agent with --cache-mib serves many distinct kernels, every call co
     for (int round = 0; round < 2; ++round) {
         for (std::uint64_t i = 0; i < kernels.size(); ++i) {
             auto sum = client.ship(kernels[i], *target, i, std::uint64_t{1000}).get_as<std::uint64_t>();
-            INFO("round " << round << ", kernel " << i);
+            INFO("round " << round << ", kernel " << i << ": " << (sum ? std::string("ok") : sum.error().describe()));
             REQUIRE(sum);
             REQUIRE(*sum == i + 1000);
         }
