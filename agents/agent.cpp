@@ -2,6 +2,26 @@
 
 namespace bitship::agent {
 
+bool Agent::Impl::begin_drain() {
+    if (draining.exchange(true)) return false;
+    // Checked on the progress thread, after any answer a finished kernel posted there.
+    drain_waiter = std::thread([this] {
+        constexpr auto kDrainPoll = std::chrono::milliseconds(10);
+        while (!stopped.load()) {
+            std::promise<bool> idle;
+            auto answer = idle.get_future();
+            engine->post([this, &idle] { idle.set_value(pool->idle() && compiling.empty()); });
+            if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) continue;
+            if (answer.get()) break;
+            std::this_thread::sleep_for(kDrainPoll);
+        }
+        if (stopped.load()) return;
+        spdlog::info("drained: every call in flight is answered");
+        if (config.on_drained) config.on_drained();
+    });
+    return true;
+}
+
 Agent::Agent(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Agent::~Agent() { stop(); }
@@ -49,7 +69,10 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     hooks.on_bad_message = [raw](ucp_ep_h ep, std::uint64_t id, const Error& e) { raw->on_bad_message(ep, id, e); };
     hooks.on_ep_error = [raw](ucp_ep_h ep, const Error& e) { raw->on_ep_error(ep, e); };
     hooks.on_conn_request = [raw](ucp_conn_request_h r) { raw->on_conn_request(r); };
-    if (config.kernel_timeout.count() > 0) hooks.on_watch = [] { check_kernel_budgets(); };
+    if (config.kernel_timeout.count() > 0) {
+        hooks.on_watch = [] { check_kernel_budgets(); };
+        hooks.watch_needed = [] { return kernels_running(); };
+    }
     auto engine = Engine::create(eo, std::move(hooks));
     if (!engine) return tl::make_unexpected(engine.error());
     impl->engine = std::move(*engine);
@@ -82,6 +105,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
                                                             "give its index with --self", impl->address()));
         impl->config.self_index = static_cast<int>(me - config.peers.begin());
     }
+    impl->control = ControlContext{impl->address(), impl->instance, impl->topology, impl->pool->size(), Clock::now(),
+                                   impl->jit.get(), &impl->kernel_stats, [raw] { return raw->begin_drain(); }};
     impl->pool->start();
     impl->engine->start();
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));
@@ -100,10 +125,23 @@ void Agent::stop() {
     });
     impl_->engine->stop();
     impl_->regions->clear();
+    if (impl_->drain_waiter.joinable()) impl_->drain_waiter.join();
 }
 
 std::string Agent::address() const { return impl_->address(); }
 std::uint16_t Agent::port() const { return impl_->port; }
+wire::KernelStatsReply Agent::kernel_stats() const { return impl_->kernel_stats.snapshot(); }
+wire::Fields Agent::info(std::vector<std::string>& storage) const { return info_fields(impl_->control, storage); }
+void Agent::set_peers(std::vector<std::string> peers, int self_index) {
+    // config.peers is read by whoever progresses: changed there, between two messages.
+    std::promise<void> done;
+    impl_->engine->post([impl = impl_.get(), &peers, self_index, &done] {
+        impl->config.peers = std::move(peers);
+        impl->config.self_index = self_index;
+        done.set_value();
+    });
+    done.get_future().wait();
+}
 std::vector<std::pair<std::string, std::uint64_t>> Agent::counters() const { return impl_->counter_values(); }
 
 } // namespace bitship::agent

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -57,6 +58,9 @@ struct AgentConfig {
     /// Native (pre-compiled) kernels the operator installs, run like shipped ones: the
     /// baseline shipped code is compared against. Called by RUNs with an all-zero hash.
     std::vector<std::pair<std::string, bs_entry_fn>> native_kernels;
+    /// Called (from a helper thread) once a drain (xctl drain) answered every call in flight;
+    /// xagent then exits as on SIGTERM.
+    std::function<void()> on_drained;
 };
 
 class Agent {
@@ -69,6 +73,13 @@ public:
     /// "host:port" actually bound.
     [[nodiscard]] std::string address() const;
     [[nodiscard]] std::uint16_t port() const;
+    /// Replaces the operator's peer table and this agent's index in it (a PMIx launch learns
+    /// them only once every agent listens). Takes effect for RUNs that arrive after it.
+    void set_peers(std::vector<std::string> peers, int self_index);
+    /// Per-kernel and per-client statistics (xctl stats, metrics).
+    [[nodiscard]] wire::KernelStatsReply kernel_stats() const;
+    /// INFO's fields (xctl info, metrics); the views point into `storage`.
+    [[nodiscard]] wire::Fields info(std::vector<std::string>& storage) const;
     /// Counter name → value.
     [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
 

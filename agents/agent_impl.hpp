@@ -17,13 +17,17 @@
 #include <map>
 #include <random>
 #include <set>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "core/engine.hpp"
+#include "control.hpp"
 #include "kernel_guard.hpp"
+#include "kernel_stats.hpp"
+#include "log_limiter.hpp"
 #include "regions.hpp"
 #include "runtime.hpp"
 #include "topology.hpp"
@@ -107,6 +111,11 @@ struct Agent::Impl {
     std::uint64_t instance = 0;
     Counters counters;
     std::atomic<bool> stopped{false};
+    KernelStats kernel_stats;
+    ControlContext control;
+    std::atomic<bool> draining{false};
+    std::thread drain_waiter;
+    LogLimiter log_limiter; // whoever progresses
     std::map<std::string, bs_entry_fn, std::less<>> natives;
 
     // Touched only by whoever progresses (engine thread or leading worker), one at a time.
@@ -139,6 +148,8 @@ struct Agent::Impl {
     }
 
     // sessions.cpp
+    // One line per failed call, but a client repeating failures gets a few lines per window.
+    void log_failure(std::uint64_t conn, std::uint64_t id, const Error& e);
     void reply(ucp_ep_h ep, std::uint64_t conn, wire::Encoded&& m);
     // The final answer of a call: to the sender at hop 0, to the caller's reply-to after a forward.
     void answer(const RunRequest& r, wire::Encoded&& m);
@@ -149,12 +160,18 @@ struct Agent::Impl {
     void on_message(Incoming&& in);
     void on_ep_error(ucp_ep_h ep, const Error& e);
 
+    // agent.cpp
+    // xctl drain: refuse RUNs from now on; once nothing is queued, compiling or running, the
+    // operator's on_drained (xagent: exit).
+    bool begin_drain();
+
     // dispatch.cpp
     void on_run(std::shared_ptr<RunRequest> r);
     void on_compiled(const CodeHash& hash, Result<std::shared_ptr<const jit::CompiledCode>> code);
     void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code);
     const Region* create_region_from_worker(const char* name, std::size_t size);
     void prepare_ctx(bs_ctx& ctx, const RunRequest& r);
+    void record_run(const RunRequest& r, const Runnable& what, Clock::duration took);
     void run_kernel(std::shared_ptr<RunRequest> r, Runnable what);
     void finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,
                        const std::optional<Error>& stopped, bs_ctx& ctx);

@@ -1,9 +1,16 @@
 #include "agent_impl.hpp"
 
 namespace bitship::agent {
+namespace {
+void wake_watchdog(void* engine) { static_cast<Engine*>(engine)->wake_watch(); }
+} // namespace
 
 void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
     counters.runs.fetch_add(1, std::memory_order_relaxed);
+    if (draining.load(std::memory_order_relaxed)) {
+        answer_error(*r, Error{Errc::shutting_down, "agent is draining: it takes no new calls"});
+        return;
+    }
     if (r->run.peers.empty() && !config.peers.empty()) {
         // No table shipped: the operator's. It outlives every request (it is config).
         for (const auto& p : config.peers) r->run.peers.push_back(p);
@@ -99,6 +106,11 @@ const Region* Agent::Impl::create_region_from_worker(const char* name, std::size
     return result.get();
 }
 
+void Agent::Impl::record_run(const RunRequest& r, const Runnable& what, Clock::duration took) {
+    kernel_stats.on_run(r.run.hash, r.run.entry, static_cast<std::uint64_t>(std::chrono::nanoseconds(took).count()),
+                        what.code.get(), what.code ? static_cast<std::uint64_t>(what.code->stats().total_ms() * 1e6) : 0);
+}
+
 void Agent::Impl::prepare_ctx(bs_ctx& ctx, const RunRequest& r) {
     ctx.args = r.run.args;
     ctx.max_result = config.limits.max_result;
@@ -113,10 +125,13 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         // The worker that received the RUN runs it and answers, with no hand-off to another
         // thread. It lets the progress token go while the kernel runs, so a long kernel has
         // the engine's thread take over progress within Engine::kTakeover.
+        WorkerPool::RunningHere running(*pool);
         bs_ctx ctx;
         prepare_ctx(ctx, *r);
         std::optional<Error> stopped;
-        engine->run_released([&] { stopped = run_guarded(what.fn, &ctx, config.kernel_timeout); });
+        auto began = Clock::now();
+        engine->run_released([&] { stopped = run_guarded(what.fn, &ctx, config.kernel_timeout, &wake_watchdog, engine.get()); });
+        record_run(*r, what, Clock::now() - began);
         ctx.create_region = nullptr;
         finish_kernel(r, what.code, stopped, ctx);
         return;
@@ -124,7 +139,9 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
     bool queued = pool->submit([this, r, what = std::move(what)] {
         bs_ctx ctx;
         prepare_ctx(ctx, *r);
-        auto stopped = run_guarded(what.fn, &ctx, config.kernel_timeout);
+        auto began = Clock::now();
+        auto stopped = run_guarded(what.fn, &ctx, config.kernel_timeout, &wake_watchdog, engine.get());
+        record_run(*r, what, Clock::now() - began);
         ctx.create_region = nullptr;
         engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {
             finish_kernel(r, code, stopped, ctx);

@@ -100,19 +100,39 @@ void install_kernel_guard() {
 }
 
 void prepare_worker_thread() {
-    static thread_local std::vector<char> alt_stack(kAltStackSize);
+    // The stack is switched off again before its memory goes, at thread exit: otherwise the
+    // exiting thread still names freed memory as its signal stack (and ASan, which unmaps
+    // whatever stack a thread ends with, dies on it: xagent exited 1 under ASan).
+    // The thread's watchdog slot goes with it too.
+    struct AltStack {
+        std::vector<char> bytes = std::vector<char>(kAltStackSize);
+        ~AltStack() {
+            stack_t off{};
+            off.ss_flags = SS_DISABLE;
+            sigaltstack(&off, nullptr);
+            if (t_slot) {
+                std::lock_guard lock(g_slots_mutex);
+                std::erase(g_slots, t_slot);
+                delete t_slot;
+                t_slot = nullptr;
+            }
+        }
+    };
+    static thread_local AltStack alt_stack;
     stack_t ss{};
-    ss.ss_sp = alt_stack.data();
-    ss.ss_size = alt_stack.size();
+    ss.ss_sp = alt_stack.bytes.data();
+    ss.ss_size = alt_stack.bytes.size();
     sigaltstack(&ss, nullptr);
     my_slot();
 }
 
-std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget) {
+std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget, void (*started)(void*),
+                                 void* started_arg) {
     Slot& s = my_slot();
     s.generation.fetch_add(1, std::memory_order_relaxed);
     s.budget_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(budget).count(), std::memory_order_relaxed);
-    s.started_ns.store(budget.count() > 0 ? now_ns() : 0, std::memory_order_release);
+    s.started_ns.store(budget.count() > 0 ? now_ns() : 0, std::memory_order_seq_cst);
+    if (started && budget.count() > 0) started(started_arg);
 
     std::optional<Error> outcome;
     // No signal mask saved (a system call per call): the handler runs with SA_NODEFER and an
@@ -133,6 +153,13 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
     }
     s.started_ns.store(0, std::memory_order_release);
     return outcome;
+}
+
+bool kernels_running() {
+    std::lock_guard lock(g_slots_mutex);
+    for (Slot* s : g_slots)
+        if (s->started_ns.load(std::memory_order_seq_cst) != 0) return true;
+    return false;
 }
 
 void check_kernel_budgets() {

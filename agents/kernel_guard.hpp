@@ -29,7 +29,13 @@ void install_kernel_guard();
 void prepare_worker_thread();
 
 /// Runs `fn(ctx)`; returns an error if the kernel faulted or ran past `budget` (0: no budget).
-std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget);
+/// `started`, when given, is called once the kernel is published to the watchdog and before
+/// it runs (the agent wakes a sleeping watchdog there).
+std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget,
+                                 void (*started)(void*) = nullptr, void* started_arg = nullptr);
+
+/// Whether any worker runs a kernel with a budget right now (the watchdog has work). Any thread.
+bool kernels_running();
 
 /// Signals every worker whose kernel has run past its budget. Any thread; cheap when none has.
 void check_kernel_budgets();

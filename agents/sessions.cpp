@@ -2,6 +2,13 @@
 
 namespace bitship::agent {
 
+void Agent::Impl::log_failure(std::uint64_t conn, std::uint64_t id, const Error& e) {
+    std::uint64_t suppressed = 0;
+    bool allowed = log_limiter.allow(conn, suppressed);
+    if (suppressed) spdlog::info("connection {}: {} more failed calls not logged", conn, suppressed);
+    if (allowed) spdlog::info("request {}: {}", id, e.describe());
+}
+
 void Agent::Impl::reply(ucp_ep_h ep, std::uint64_t conn, wire::Encoded&& m) {
     auto it = connections.find(ep);
     if (it == connections.end() || it->second != conn) {
@@ -12,6 +19,7 @@ void Agent::Impl::reply(ucp_ep_h ep, std::uint64_t conn, wire::Encoded&& m) {
 }
 
 void Agent::Impl::answer(const RunRequest& r, wire::Encoded&& m) {
+    kernel_stats.on_answer(r.run.hash, r.run.entry, r.conn, r.run.args.size(), m);
     m.header.request_id = r.run.hops == 0 ? r.id : r.run.origin;
     if (r.run.hops == 0 || r.run.reply_to.empty()) {
         reply(r.ep, r.conn, std::move(m));
@@ -22,7 +30,7 @@ void Agent::Impl::answer(const RunRequest& r, wire::Encoded&& m) {
 
 void Agent::Impl::answer_error(const RunRequest& r, const Error& e, std::int32_t kernel_code) {
     counters.errors.fetch_add(1, std::memory_order_relaxed);
-    spdlog::info("request {}: {}", r.id, e.describe());
+    log_failure(r.conn, r.id, e);
     // After a forward the caller has no connection to us, so the message says who we are.
     auto text = r.run.hops == 0 ? e.message : fmt::format("agent {}: {}", address(), e.message);
     answer(r, wire::encode_error(0, e.code, text, kernel_code));
@@ -30,7 +38,7 @@ void Agent::Impl::answer_error(const RunRequest& r, const Error& e, std::int32_t
 
 void Agent::Impl::reply_error(ucp_ep_h ep, std::uint64_t conn, std::uint64_t id, const Error& e) {
     counters.errors.fetch_add(1, std::memory_order_relaxed);
-    spdlog::info("request {}: {}", id, e.describe());
+    log_failure(conn, id, e);
     reply(ep, conn, wire::encode_error(id, e.code, e.message));
 }
 
@@ -67,8 +75,13 @@ void Agent::Impl::on_message(Incoming&& in) {
         reply_error(in.ep, conn, in.header.request_id, msg.error());
         return;
     }
+    if (is_control_request(in.header.type)) {
+        reply(in.ep, conn, handle_control(control, in.header.request_id, *msg));
+        return;
+    }
     switch (in.header.type) {
     case wire::Type::hello: {
+        kernel_stats.on_client(conn, std::get<wire::Hello>(msg->body).client);
         wire::Welcome w;
         auto addr = address();
         const auto& host = jit::host();

@@ -62,11 +62,13 @@ void WorkerPool::run() {
             if (!queue_.empty()) {
                 job = std::move(queue_.front());
                 queue_.pop_front();
+                running_.fetch_add(1, std::memory_order_relaxed); // before queued_ drops: idle() never sees a gap
                 queued_.fetch_sub(1, std::memory_order_relaxed);
             }
         }
         if (job) {
             job();
+            running_.fetch_sub(1, std::memory_order_release);
             continue;
         }
         // Idle: lead progress if nobody does, until a job shows up (most likely one we queued).

@@ -39,6 +39,20 @@ public:
     /// Whether the calling thread is a worker of some pool that leads progress right now (it
     /// received what it is handling, and may run it itself).
     [[nodiscard]] static bool on_leading_worker() noexcept;
+    /// No job queued and none running (a drain waits for this).
+    [[nodiscard]] bool idle() const noexcept {
+        return queued_.load(std::memory_order_acquire) == 0 && running_.load(std::memory_order_acquire) == 0;
+    }
+    /// Counts a job the calling (leading) worker runs itself, outside the queue, as running.
+    struct RunningHere {
+        explicit RunningHere(WorkerPool& pool) : pool_(pool) { pool_.running_.fetch_add(1, std::memory_order_acq_rel); }
+        ~RunningHere() { pool_.running_.fetch_sub(1, std::memory_order_acq_rel); }
+        RunningHere(const RunningHere&) = delete;
+        RunningHere& operator=(const RunningHere&) = delete;
+
+    private:
+        WorkerPool& pool_;
+    };
 
 private:
     void run();
@@ -48,6 +62,7 @@ private:
     std::condition_variable cv_;
     std::deque<std::function<void()>> queue_;
     std::atomic<std::size_t> queued_{0};
+    std::atomic<unsigned> running_{0};
     std::atomic<bool> stop_flag_{false};
     std::atomic<bool> leading_{false};
     Engine* engine_ = nullptr;

@@ -9,15 +9,21 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
+#include <tuple>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <bitship/peers.hpp>
+
 #include "agent.hpp"
 #include "chase.hpp"
 #include "jit.hpp"
+#include "metrics.hpp"
+#include "pmix_launch.hpp"
 #include "regions.hpp"
 
 namespace {
@@ -36,6 +42,26 @@ bool write_port_file(const std::filesystem::path& path, std::uint16_t port) {
     std::error_code ec;
     std::filesystem::rename(tmp, path, ec);
     return !ec;
+}
+
+Result<std::pair<std::string, std::uint16_t>> parse_host_port(std::string_view option, const std::string& value) {
+    auto colon = value.rfind(':');
+    if (colon == std::string::npos || colon == 0)
+        return fail(Errc::invalid_argument, fmt::format("{} '{}' is not HOST:PORT", option, value));
+    try {
+        std::size_t used = 0;
+        auto port = std::stoul(value.substr(colon + 1), &used);
+        if (port > 65535 || used != value.size() - colon - 1) throw std::out_of_range("port");
+        return std::pair{value.substr(0, colon), static_cast<std::uint16_t>(port)};
+    } catch (const std::exception&) {
+        return fail(Errc::invalid_argument, fmt::format("{} '{}' has no valid port (0..65535)", option, value));
+    }
+}
+
+std::string host_name() {
+    char name[256] = {};
+    if (gethostname(name, sizeof name - 1) != 0) return "localhost";
+    return name;
 }
 
 } // namespace
@@ -58,25 +84,36 @@ int main(int argc, char** argv) {
     std::vector<std::string> region_specs;
     std::vector<std::string> peers;
     int self_index = -1;
+    std::string peers_file;
 
-    app.add_option("--listen", listen, "HOST:PORT to listen on; port 0 picks a free one and prints it")->capture_default_str();
+    std::string metrics;
+    app.set_config("--config", "", "read options from this TOML (or INI) file: one `name = value` per option, e.g. "
+                                   "listen = \"0.0.0.0:7000\"; options given on the command line win");
+    app.allow_config_extras(CLI::config_extras_mode::error); // a misspelt option in the file is an error, not ignored
+    app.add_option("--listen", listen, "HOST:PORT to listen on; port 0 picks a free one and prints it")
+        ->capture_default_str()->envname("BITSHIP_LISTEN");
     app.add_option("--port-file", port_file, "write the bound port to this file once listening");
     app.add_option("--transport", transport, "data transport: tcp, shm (shared memory; TCP makes the handshake) or any")
-        ->check(CLI::IsMember({"tcp", "shm", "any"}))->capture_default_str();
+        ->check(CLI::IsMember({"tcp", "shm", "any"}))->capture_default_str()->envname("BITSHIP_TRANSPORT");
     app.add_option("--progress", progress, "how the thread progressing UCX waits: spin, block or spin-then-block")
         ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
     app.add_option("--spin-us", spin_us, "microseconds to poll after the last event before sleeping")->capture_default_str();
     app.add_option("--worker-spin-us", worker_spin_us, "microseconds an idle worker polls before sleeping")->capture_default_str();
     app.add_flag("--no-worker-progress", no_worker_progress,
                  "idle workers never take over progress: every call then wakes a worker from the progress thread");
-    app.add_option("--workers", config.workers, "threads that compile and run kernels (0: one per core)")->capture_default_str();
-    app.add_option("--cache-dir", cache_dir, "keep compiled code here across restarts (default: memory only)");
+    app.add_option("--workers", config.workers, "threads that compile and run kernels (0: one per core)")
+        ->capture_default_str()->envname("BITSHIP_WORKERS");
+    app.add_option("--cache-dir", cache_dir, "keep compiled code here across restarts (default: memory only)")
+        ->envname("BITSHIP_CACHE_DIR");
     app.add_option("--opt-level", config.opt_level, "JIT optimisation level")->check(CLI::Range(0, 3))->capture_default_str();
     app.add_option("--jit-tiers", config.jit_tiers, "2: new code compiled fast, then optimised in the background; 1: optimised at once")
         ->check(CLI::Range(1, 2))->capture_default_str();
-    app.add_option("--cache-mib", config.cache_mib, "cap on compiled code in memory, MiB (0: unbounded)")->capture_default_str();
-    app.add_option("--cache-disk-mib", config.cache_disk_mib, "cap on --cache-dir, MiB (0: unbounded)")->capture_default_str();
-    app.add_option("--kernel-timeout-ms", timeout_ms, "stop a kernel that runs longer than this, checked every 5 ms (0: never)")->capture_default_str();
+    app.add_option("--cache-mib", config.cache_mib, "cap on compiled code in memory, MiB (0: unbounded)")
+        ->capture_default_str()->envname("BITSHIP_CACHE_MIB");
+    app.add_option("--cache-disk-mib", config.cache_disk_mib, "cap on --cache-dir, MiB (0: unbounded)")
+        ->capture_default_str()->envname("BITSHIP_CACHE_DISK_MIB");
+    app.add_option("--kernel-timeout-ms", timeout_ms, "stop a kernel that runs longer than this, checked every 5 ms (0: never)")
+        ->capture_default_str()->envname("BITSHIP_KERNEL_TIMEOUT_MS");
     app.add_option("--max-message", max_message, "largest message accepted, bytes")->capture_default_str();
     app.add_option("--max-args", max_args, "largest argument block, bytes")->capture_default_str();
     app.add_option("--max-result", max_result, "largest kernel reply, bytes")->capture_default_str();
@@ -90,10 +127,16 @@ int main(int argc, char** argv) {
     app.add_option("--peer", peers, "HOST:PORT of an agent kernels may forward to when a call ships no peer table; "
                                     "give the same ordered list, this agent included, to every agent; repeatable");
     app.add_option("--self", self_index, "this agent's index among --peer (default: find --listen's address there)");
+    app.add_option("--peers-file", peers_file, "under a PMIx launcher (mpirun, srun --mpi=pmix): rank 0 writes every agent's "
+                                              "address, rank, host, triple and GPU count here once all have met (standalone: this agent alone)")
+        ->envname("BITSHIP_PEERS_FILE");
+    app.add_option("--metrics", metrics, "serve Prometheus metrics at http://HOST:PORT/metrics")->envname("BITSHIP_METRICS");
     app.add_flag("--no-native", no_native, "do not pre-install the native xrdma handlers (chase)");
-    app.add_flag("--loopback", loopback, "pin UCX to the loopback device (UCX_NET_DEVICES=lo) unless set already");
+    app.add_flag("--loopback", loopback, "pin UCX to the loopback device (UCX_NET_DEVICES=lo) unless set already")
+        ->envname("BITSHIP_LOOPBACK");
     app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
-        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str();
+        ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error", "off"}))->capture_default_str()
+        ->envname("BITSHIP_LOG_LEVEL");
     CLI11_PARSE(app, argc, argv);
 
     config.region_memory = region_memory == "shared"    ? agent::AgentConfig::RegionMemory::shared
@@ -104,20 +147,22 @@ int main(int argc, char** argv) {
     spdlog::set_level(spdlog::level::from_str(log_level));
     spdlog::set_pattern("[%H:%M:%S.%e] [xagent %P] [%^%l%$] %v");
 
-    auto colon = listen.rfind(':');
-    if (colon == std::string::npos) {
-        std::cerr << "xagent: --listen '" << listen << "' is not HOST:PORT\n";
+    auto listen_at = parse_host_port("--listen", listen);
+    if (!listen_at) {
+        std::cerr << "xagent: " << listen_at.error().message << "\n";
         return 2;
     }
-    config.host = listen.substr(0, colon);
-    try {
-        auto port = std::stoul(listen.substr(colon + 1));
-        if (port > 65535) throw std::out_of_range("port");
-        config.port = static_cast<std::uint16_t>(port);
-    } catch (const std::exception&) {
-        std::cerr << "xagent: --listen '" << listen << "' has no valid port (0..65535)\n";
-        return 2;
+    std::tie(config.host, config.port) = *listen_at;
+    std::optional<std::pair<std::string, std::uint16_t>> metrics_at;
+    if (!metrics.empty()) {
+        auto m = parse_host_port("--metrics", metrics);
+        if (!m) {
+            std::cerr << "xagent: " << m.error().message << "\n";
+            return 2;
+        }
+        metrics_at = *m;
     }
+    config.on_drained = [] { kill(getpid(), SIGTERM); };
     config.transport = *parse_transport(transport);
     config.progress = *parse_progress_mode(progress);
     config.spin = std::chrono::microseconds(spin_us);
@@ -140,13 +185,39 @@ int main(int argc, char** argv) {
     if (!no_native)
         for (const auto& k : xrdma::native_kernels()) config.native_kernels.emplace_back(k.name, k.fn);
 
-    // Every thread the agent starts inherits this mask; only sigwait below sees these signals.
+    // Every thread the agent starts inherits this mask, PMIx's own thread included (so it is
+    // set before PMIx_Init); only sigwait below sees these signals.
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     signal(SIGPIPE, SIG_IGN);
+
+    // Declared before the agent, so PMIx_Finalize runs after the agent stopped, on every path.
+    auto job = agent::PmixJob::init();
+    if (!job) {
+        spdlog::error("{}", job.error().describe());
+        return 1;
+    }
+    if (!*job && agent::launcher_task_count() > 1)
+        spdlog::warn("the launcher says this job has {} tasks but there is no PMIx (srun without --mpi=pmix?): this agent "
+                     "runs alone and knows no peers",
+                     agent::launcher_task_count());
+    if (*job && (!peers.empty() || self_index >= 0)) {
+        spdlog::error("--peer/--self and a PMIx launch both give the peer table: use one");
+        return 2;
+    }
+    // Several agents of a job may share a node: unless told otherwise, each takes a free port.
+    if (*job && app.count("--listen") == 0) config.port = 0;
+    if (*job) {
+        // The launcher gone (killed, node lost): stop as on SIGTERM instead of living on orphaned.
+        auto lost = (*job)->on_launcher_lost([] {
+            spdlog::warn("the launcher is gone (PMIx lost its connection): stopping");
+            kill(getpid(), SIGTERM);
+        });
+        if (!lost) spdlog::warn("cannot watch the launcher: {}", lost.error().describe());
+    }
 
     auto agent = agent::Agent::start(config);
     if (!agent) {
@@ -159,6 +230,47 @@ int main(int argc, char** argv) {
                  cache_dir.empty() ? "memory" : cache_dir);
     std::printf("xagent listening on %s\n", (*agent)->address().c_str());
     std::fflush(stdout);
+    if (*job) {
+        // Meet the other agents: one fence, then every agent knows the table in rank order.
+        auto started = std::chrono::steady_clock::now();
+        // Listening on every interface: peers reach us by host name.
+        auto reachable = config.host == "0.0.0.0" ? fmt::format("{}:{}", host_name(), (*agent)->port()) : (*agent)->address();
+        auto table = (*job)->exchange(PeerRecord{(*job)->rank(), reachable, host_name(), host.triple, 0});
+        if (!table) {
+            spdlog::error("cannot meet the other agents of the job: {}", table.error().describe());
+            return 1;
+        }
+        std::vector<std::string> addresses;
+        for (const auto& p : *table) addresses.push_back(p.address);
+        (*agent)->set_peers(std::move(addresses), static_cast<int>((*job)->rank()));
+        spdlog::info("rank {} of {} (PMIx namespace {}): met every agent in {:.1f} ms", (*job)->rank(), (*job)->size(),
+                     (*job)->nspace(),
+                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count());
+        if ((*job)->rank() == 0 && !peers_file.empty()) {
+            if (auto w = write_peers_file(peers_file, *table); !w) {
+                spdlog::error("{}", w.error().describe());
+                return 1;
+            }
+        }
+    } else if (!peers_file.empty()) {
+        // Standalone: a job of one, so tools can use the same file either way.
+        if (auto w = write_peers_file(peers_file, {PeerRecord{0, (*agent)->address(), host_name(), host.triple, 0}}); !w) {
+            spdlog::error("{}", w.error().describe());
+            return 1;
+        }
+    }
+    std::unique_ptr<agent::MetricsServer> metrics_server; // destroyed before the agent it reads
+    if (metrics_at) {
+        auto* served = agent->get();
+        auto m = agent::MetricsServer::start(metrics_at->first, metrics_at->second,
+                                             [served] { return agent::render_prometheus(*served); });
+        if (!m) {
+            spdlog::error("{}", m.error().describe());
+            return 1;
+        }
+        metrics_server = std::move(*m);
+        spdlog::info("metrics at http://{}:{}/metrics", metrics_at->first, metrics_server->port());
+    }
     if (!port_file.empty() && !write_port_file(port_file, (*agent)->port())) {
         spdlog::error("cannot write --port-file {}", port_file);
         return 1;
@@ -169,6 +281,7 @@ int main(int argc, char** argv) {
     }
     spdlog::info("{} received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     (*agent)->stop();
+    spdlog::debug("agent stopped");
     for (const auto& [name, value] : (*agent)->counters())
         if (value) spdlog::info("  {} = {}", name, value);
     return 0;

@@ -22,3 +22,57 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/bitshipConfigVersio
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/bitshipConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/bitshipConfigVersion.cmake
   ${CMAKE_CURRENT_LIST_DIR}/BitshipKernels.cmake
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/bitship)
+
+# --- The operator's side: xctl, a pkg-config file, the systemd unit and its config file ---
+install(TARGETS xctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+file(RELATIVE_PATH BITSHIP_PC_TO_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
+string(REGEX REPLACE "/$" "" BITSHIP_PC_TO_PREFIX "${BITSHIP_PC_TO_PREFIX}")
+configure_file(${PROJECT_SOURCE_DIR}/packaging/bitship.pc.in ${CMAKE_CURRENT_BINARY_DIR}/bitship.pc @ONLY)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/bitship.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+# The unit and the config file belong to the system root (/lib/systemd/system, /etc/bitship)
+# when the prefix is a system's /usr (also CPack's staging .../usr for the Debian package): they
+# go beside it. Under any other prefix they stay inside it, so `cmake --install --prefix DIR`
+# never writes outside DIR. Decided at install time, when the prefix is known.
+function(bitship_install_system_file file dir)
+  install(CODE "
+    if(CMAKE_INSTALL_PREFIX MATCHES \"(^|/)usr/?$\")
+      get_filename_component(_root \"\${CMAKE_INSTALL_PREFIX}\" DIRECTORY)
+      string(REGEX REPLACE \"/$\" \"\" _root \"\${_root}\") # '/' → '': never a '//' path
+      set(_dir \"\${_root}/${dir}\")
+    else()
+      set(_dir \"\${CMAKE_INSTALL_PREFIX}/${dir}\")
+    endif()
+    file(INSTALL \"${file}\" DESTINATION \"\${_dir}\") # file(INSTALL) adds DESTDIR itself")
+endfunction()
+bitship_install_system_file(${PROJECT_SOURCE_DIR}/packaging/xagent.service lib/systemd/system)
+bitship_install_system_file(${PROJECT_SOURCE_DIR}/packaging/xagent.toml etc/bitship)
+# Debian wants a copyright file and a compressed changelog beside it.
+execute_process(COMMAND gzip -9nc ${PROJECT_SOURCE_DIR}/packaging/changelog
+  OUTPUT_FILE ${CMAKE_CURRENT_BINARY_DIR}/changelog.gz COMMAND_ERROR_IS_FATAL ANY)
+install(FILES ${PROJECT_SOURCE_DIR}/packaging/copyright ${CMAKE_CURRENT_BINARY_DIR}/changelog.gz
+  DESTINATION ${CMAKE_INSTALL_DATAROOTDIR}/doc/bitship)
+
+# --- cpack -G DEB: one package, bitship, installed under /usr with its config in /etc ---
+set(CPACK_PACKAGE_NAME bitship)
+set(CPACK_PACKAGE_VENDOR "the bitship authors")
+set(BITSHIP_PACKAGE_CONTACT "bitship maintainers <maintainers@bitship.example.org>" CACHE STRING
+  "The Debian package's Maintainer field")
+set(CPACK_PACKAGE_CONTACT "${BITSHIP_PACKAGE_CONTACT}")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "ship LLVM-bitcode kernels to resident agents that run them next to the data")
+set(CPACK_PACKAGE_DESCRIPTION "bitship moves compute to data: kernels compiled to LLVM bitcode
+travel over UCX to a resident agent (xagent) that JIT-compiles them for its
+host and runs them there. This package has xagent with its systemd unit and
+config file, xctl, the bundle tool, the client library, its headers, its
+CMake package and its pkg-config file.")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION devel)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# What find_package(bitship) and bitship_add_kernels() need on the machine that builds clients.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libucx-dev, libfmt-dev, libspdlog-dev, libexpected-dev, libsodium-dev, clang-19, llvm-19")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA
+  "${PROJECT_SOURCE_DIR}/packaging/postinst;${PROJECT_SOURCE_DIR}/packaging/prerm;${PROJECT_SOURCE_DIR}/packaging/postrm;${PROJECT_SOURCE_DIR}/packaging/conffiles")
+set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
+include(CPack)

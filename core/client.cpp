@@ -130,18 +130,50 @@ Future Client::ship_native(std::string_view entry, const Target& target, Bytes a
     return Future(c);
 }
 
-Future Client::ship_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options) {
-    auto c = impl_->new_call(target.id(), Kind::run);
-    if (!set_peers(*c, target, options)) return Future(c);
+std::shared_ptr<CallState> Client::Impl::prepare_run(const Kernel& kernel, const Target& target, Bytes args,
+                                                     const ShipOptions& options) {
+    auto c = new_call(target.id(), Kind::run);
+    if (!set_peers(*c, target, options)) return c;
     if (!kernel.bundle) {
         c->complete(fail(Errc::invalid_argument, "kernel handle has no bundle"));
-        return Future(c);
+        return c;
     }
     c->bundle = kernel.bundle();
     c->entry = std::string(kernel.entry);
     c->args = std::move(args);
-    impl_->submit_from_caller(c);
+    return c;
+}
+
+Future Client::ship_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options) {
+    auto c = impl_->prepare_run(kernel, target, std::move(args), options);
+    if (!c->done.load(std::memory_order_relaxed)) impl_->submit_from_caller(c);
     return Future(c);
+}
+
+Batch Client::batch() { return Batch(impl_.get()); }
+
+void Batch::add_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options) {
+    calls_.push_back(impl_->prepare_run(kernel, target, std::move(args), options));
+}
+
+std::vector<Future> Batch::submit() {
+    auto calls = std::move(calls_);
+    calls_.clear();
+    // One hold of the progress token sends them all.
+    auto send_all = [impl = impl_, &calls] {
+        for (auto& c : calls)
+            if (!c->done.load(std::memory_order_relaxed)) impl->submit(c);
+    };
+    if (!impl_->engine->try_progress_once(send_all)) {
+        impl_->engine->post([impl = impl_, calls] {
+            for (auto& c : calls)
+                if (!c->done.load(std::memory_order_relaxed)) impl->submit(c);
+        });
+    }
+    std::vector<Future> out;
+    out.reserve(calls.size());
+    for (auto& c : calls) out.push_back(Future(std::move(c)));
+    return out;
 }
 
 Future Client::ship_slice(std::span<const std::byte> bundle, std::size_t slice, std::string_view entry,
@@ -177,6 +209,14 @@ Result<std::vector<std::pair<std::string, std::uint64_t>>> Client::agent_stats(c
     return out;
 }
 
+Result<Bytes> Client::control(const Target& target, std::uint8_t type, Bytes payload) {
+    auto c = impl_->new_call(target.id(), Kind::control);
+    c->name = std::string(1, static_cast<char>(type));
+    c->args = std::move(payload);
+    impl_->submit_from_caller(c);
+    return Future(c).get();
+}
+
 ClientStats Client::stats() const {
     ClientStats s;
     s.runs_sent = impl_->runs_sent.load();
@@ -185,6 +225,8 @@ ClientStats Client::stats() const {
     s.need_code_received = impl_->need_code_received.load();
     s.reconnects = impl_->reconnects.load();
     s.stray_replies = impl_->stray_replies.load();
+    s.completed_by_waiter = impl_->progress->completed_by_waiter.load();
+    s.completed_by_background = impl_->progress->completed_by_background.load();
     return s;
 }
 

@@ -38,6 +38,14 @@ void Client::Impl::dispatch(Peer& p, const std::shared_ptr<CallState>& c) {
         engine->send(p.ep, wire::encode_region(c->id, c->name));
         pending[c->id] = c;
         return;
+    case Kind::control: { // the request type travels in `name`'s one byte
+        auto m = wire::encode_request(static_cast<wire::Type>(c->name.at(0)), c->id);
+        m.payload = c->args;
+        m.header.payload_size = static_cast<std::uint32_t>(m.payload.size());
+        engine->send(p.ep, std::move(m));
+        pending[c->id] = c;
+        return;
+    }
     case Kind::get:
     case Kind::put: start_rma(p, c); return;
     default: c->complete(fail(Errc::internal, "unknown call kind")); return;

@@ -33,7 +33,11 @@ namespace detail {
 struct ProgressHandle {
     std::shared_mutex mutex;
     Engine* engine = nullptr;
+    std::atomic<std::uint64_t> completed_by_waiter{0}, completed_by_background{0};
 };
+
+/// Set while this thread leads progress inside Future::wait_for.
+inline thread_local bool t_waiter_leads = false;
 
 /// One call's state, shared by the caller's Future and the client's pending table until the
 /// call completes. complete() is called once, by whoever progresses (or by the caller before
@@ -47,7 +51,7 @@ struct CallState {
     Engine* engine = nullptr; ///< to wake waiters; valid while anyone can complete the call
 
     // Progress-token bookkeeping.
-    enum class Kind { run, ping, stats, connect, region, get, put, chain };
+    enum class Kind { run, ping, stats, connect, region, get, put, chain, control };
     std::uint64_t id = 0;
     std::uint64_t peer = 0;
     Kind kind = Kind::run;
@@ -77,6 +81,9 @@ struct CallState {
             result = std::move(r);
             done.store(true, std::memory_order_seq_cst);
         }
+        if (progress)
+            (t_waiter_leads ? progress->completed_by_waiter : progress->completed_by_background)
+                .fetch_add(1, std::memory_order_relaxed);
         // A caller that could not lead sleeps until a leader completes something: this.
         if (engine) engine->notify_waiters();
     }
@@ -144,6 +151,8 @@ struct Client::Impl {
 
     /// Any thread: a new call's state, with its deadline.
     std::shared_ptr<CallState> new_call(std::uint64_t peer, Kind kind);
+    /// Any thread: a RUN call for `kernel`, not yet submitted (completed already when invalid).
+    std::shared_ptr<CallState> prepare_run(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options);
     /// Any thread: submits `c` on the calling thread when it can take the progress token at
     /// once (no thread hand-off), else hands it to whoever progresses.
     void submit_from_caller(const std::shared_ptr<CallState>& c);

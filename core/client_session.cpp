@@ -1,5 +1,7 @@
 #include "client_impl.hpp"
 
+#include <unistd.h>
+
 #include <spdlog/spdlog.h>
 
 namespace bitship {
@@ -30,7 +32,7 @@ void Client::Impl::start_connect(Peer& p) {
     }
     p.ep = *ep;
     peer_by_ep[p.ep] = p.id;
-    engine->send(p.ep, wire::encode_hello("bitship-client"));
+    engine->send(p.ep, wire::encode_hello(fmt::format("bitship-client pid {}", getpid()))); // its identity in xctl stats
 }
 
 void Client::Impl::fail_peer(Peer& p, const Error& why) {
@@ -146,6 +148,10 @@ void Client::Impl::on_message(Incoming&& in) {
     case wire::Type::pong:
     case wire::Type::stats_reply:
     case wire::Type::region_info:
+    case wire::Type::info_reply:
+    case wire::Type::kernel_stats_reply:
+    case wire::Type::cache_list_reply:
+    case wire::Type::ack:
         pending.erase(it);
         c->complete(std::move(in.payload));
         return;

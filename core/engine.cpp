@@ -755,7 +755,8 @@ void Engine::wait_for_handoff(const std::function<bool()>& done, Clock::time_poi
 void Engine::run_released(const std::function<void()>& fn) {
     // guest_leading_ always describes whoever holds the token: not us while we run.
     bool was_leading = guest_leading_.exchange(false, std::memory_order_relaxed);
-    guest_busy_.store(true, std::memory_order_release);
+    guest_busy_.store(true, std::memory_order_seq_cst);
+    wake_watch();
     token_.unlock();
     fn();
     guest_busy_.store(false, std::memory_order_release);
@@ -763,6 +764,13 @@ void Engine::run_released(const std::function<void()>& fn) {
     if (sleeping_.load(std::memory_order_seq_cst)) ucp_worker_signal(worker_.get());
     token_.lock();
     guest_leading_.store(was_leading, std::memory_order_relaxed);
+}
+
+void Engine::wake_watch() noexcept {
+    if (!deep_wait_.load(std::memory_order_seq_cst)) return;
+    std::lock_guard lock(guest_mutex_);
+    watch_wanted_.store(true);
+    guest_cv_.notify_all();
 }
 
 void Engine::notify_waiters() {
@@ -794,7 +802,21 @@ void Engine::run() {
         // gets progress taken over meanwhile, so a long kernel stalls nobody.
         {
             std::unique_lock lock(guest_mutex_);
-            guest_cv_.wait_for(lock, kTakeover);
+            // Nothing to watch (no kernel running, none released): sleep until a guest leaves, a
+            // kernel starts (wake_watch) or kDeepWait passes, so an idle agent whose worker
+            // sleeps as the leader costs no wake-ups. deep_wait_ is set before the check; a
+            // kernel publishes itself before it reads deep_wait_ (both sequentially consistent).
+            deep_wait_.store(true, std::memory_order_seq_cst);
+            bool watching = hooks_.watch_needed ? hooks_.watch_needed() : static_cast<bool>(hooks_.on_watch);
+            if (!watching && !guest_busy_.load(std::memory_order_seq_cst)) {
+                guest_cv_.wait_for(lock, kDeepWait, [&] {
+                    return guests_.load(std::memory_order_seq_cst) == 0 || stopping_.load() || watch_wanted_.exchange(false) ||
+                           guest_busy_.load(std::memory_order_seq_cst);
+                });
+            } else {
+                guest_cv_.wait_for(lock, kTakeover);
+            }
+            deep_wait_.store(false, std::memory_order_relaxed);
         }
         watch(Clock::now());
         if (guest_busy_.load(std::memory_order_acquire)) {

@@ -67,6 +67,9 @@ struct EngineHooks {
     /// Called by the engine's own thread about every kTakeover, whoever progresses: it must be
     /// thread-safe and need no token (an agent's kernel watchdog).
     std::function<void()> on_watch;
+    /// Whether on_watch has anything to watch now (a kernel running). When false, the engine's
+    /// thread sleeps deeply while a guest leads; wake_watch() ends that sleep.
+    std::function<bool()> watch_needed;
 };
 
 class Engine {
@@ -78,6 +81,8 @@ public:
     static constexpr auto kHandoffCheck = std::chrono::milliseconds(1);
     /// The engine's thread naps this long while it holds progress for a guest's long kernel.
     static constexpr int kTakeoverNapMs = 1;
+    /// The longest the engine's thread sleeps while a guest leads and nothing is watched.
+    static constexpr auto kDeepWait = std::chrono::seconds(10);
 
     static Result<std::unique_ptr<Engine>> create(const EngineOptions& options, EngineHooks hooks);
     ~Engine();
@@ -116,6 +121,9 @@ public:
     /// Called by a leading guest from inside a hook: runs `fn` (a kernel) with the token
     /// released; if it runs longer than kTakeover, the engine's thread progresses meanwhile.
     void run_released(const std::function<void()>& fn);
+    /// Something to watch began (a kernel started): the engine's thread, if in a deep sleep,
+    /// resumes its kTakeover watch. One atomic load when it is not asleep. Any thread.
+    void wake_watch() noexcept;
     /// Whether the calling thread holds the token as a leading guest (any thread).
     [[nodiscard]] bool guest_leads() const noexcept { return guest_leading_.load(std::memory_order_relaxed); }
     /// Wakes whichever thread is progressing, if it sleeps. Any thread.
@@ -235,6 +243,8 @@ private:
     unsigned idle_passes_ = 0;
     std::atomic<bool> guest_leading_{false}; ///< a guest holds the token and progresses
     std::atomic<bool> guest_busy_{false};    ///< a guest let the token go to run a kernel
+    std::atomic<bool> deep_wait_{false};     ///< the engine's thread sleeps with nothing to watch
+    std::atomic<bool> watch_wanted_{false};
     std::mutex handoff_mutex_;
     std::condition_variable handoff_cv_;
     std::uint64_t handoff_generation_ = 0;

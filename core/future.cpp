@@ -33,8 +33,10 @@ bool Future::wait_for(std::chrono::nanoseconds timeout) const {
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
             continue;
         }
-        if (engine->try_lead_until(done, slice_end) == Engine::Lead::other_leader)
-            engine->wait_for_handoff(done, slice_end);
+        detail::t_waiter_leads = true;
+        auto lead = engine->try_lead_until(done, slice_end);
+        detail::t_waiter_leads = false;
+        if (lead == Engine::Lead::other_leader) engine->wait_for_handoff(done, slice_end);
     }
 }
 

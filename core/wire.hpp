@@ -35,7 +35,20 @@ enum class Type : std::uint8_t {
     stats_reply = 10,
     region = 11,      ///< client → agent: describe memory region `name` (base, size, rkey)
     region_info = 12, ///< agent → client
+    // Operator control (xctl). Each request is answered by its reply, or by ERROR.
+    info = 13,               ///< what the agent is: triple, CPU, cores, NUMA, GPUs, LLVM, uptime, modes
+    info_reply = 14,         ///< Fields
+    kernel_stats = 15,       ///< per kernel (hash, entry) and per client: calls, errors by code, times, bytes
+    kernel_stats_reply = 16, ///< KernelStatsReply
+    cache_list = 17,         ///< the code the agent holds
+    cache_list_reply = 18,   ///< CacheList
+    cache_evict = 19,        ///< drop one hash from the code cache: answered by ACK
+    ack = 20,                ///< Ack: whether the request did something, and a note
+    drain = 21,              ///< stop accepting RUNs, finish those in flight, exit: answered by ACK at once
 };
+
+/// The highest message type this build knows.
+inline constexpr Type kLastType = Type::drain;
 
 std::string_view to_string(Type t) noexcept;
 
@@ -125,9 +138,74 @@ struct RegionInfo {
     std::span<const std::byte> rkey; ///< packed UCX remote key
 };
 
+/// INFO_REPLY: name → value, both text, in the agent's order; a value an agent cannot tell is "n/a".
+struct Fields {
+    std::vector<std::pair<std::string_view, std::string_view>> fields;
+};
+
+/// A count of answers that failed with one Errc (kept raw: a newer agent's codes survive).
+struct ErrorCount {
+    std::uint32_t code = 0;
+    std::uint64_t count = 0;
+    friend bool operator==(const ErrorCount&, const ErrorCount&) = default;
+};
+
+/// One kernel entry of one code hash, as the agent that answered its calls saw it.
+struct KernelStat {
+    CodeHash hash{}; ///< all zero: a native kernel
+    std::string_view entry;
+    std::uint64_t calls = 0;     ///< calls this agent answered (results and errors)
+    std::uint64_t bytes_in = 0;  ///< argument bytes of those calls
+    std::uint64_t bytes_out = 0; ///< reply bytes of the successful ones
+    std::uint64_t runs = 0;      ///< kernel executions timed
+    std::uint64_t run_p50_ns = 0;
+    std::uint64_t run_p99_ns = 0;
+    std::uint64_t run_total_ns = 0; ///< all runs' time added up
+    std::uint64_t compile_ns_first = 0;     ///< the first (fast) compile of the code
+    std::uint64_t compile_ns_optimised = 0; ///< the background full-optimisation recompile
+    std::vector<ErrorCount> errors;
+};
+
+/// One client identity (what it said in HELLO) and what it asked of this agent.
+struct ClientStat {
+    std::string_view client;
+    std::uint64_t calls = 0;
+    std::uint64_t bytes_in = 0;
+    std::uint64_t bytes_out = 0;
+    std::vector<ErrorCount> errors;
+};
+
+struct KernelStatsReply {
+    std::vector<KernelStat> kernels;
+    std::vector<ClientStat> clients;
+};
+
+/// One hash the code cache holds.
+struct CacheEntry {
+    CodeHash hash{};
+    std::uint64_t memory_bytes = 0; ///< compiled code in memory (0: on disk only)
+    std::uint64_t disk_bytes = 0;   ///< in the disk cache (0: not there)
+    std::uint64_t idle_ms = 0;      ///< since its last use
+    bool in_use = false;            ///< a running call holds it (never evicted then)
+};
+
+struct CacheList {
+    std::vector<CacheEntry> entries;
+};
+
+struct CacheEvict {
+    CodeHash hash{};
+};
+
+struct Ack {
+    bool done = false;
+    std::string_view note;
+};
+
 struct Empty {};
 
-using Body = std::variant<Hello, Welcome, Run, NeedCode, ResultMsg, ErrorMsg, Ping, StatsReply, Region, RegionInfo, Empty>;
+using Body = std::variant<Hello, Welcome, Run, NeedCode, ResultMsg, ErrorMsg, Ping, StatsReply, Region, RegionInfo, Fields,
+                          KernelStatsReply, CacheList, CacheEvict, Ack, Empty>;
 
 /// A decoded message: views into the payload buffer it was decoded from.
 struct Message {
@@ -155,5 +233,12 @@ Encoded encode_stats(std::uint64_t id);
 Encoded encode_region(std::uint64_t id, std::string_view name);
 Encoded encode_region_info(std::uint64_t id, const RegionInfo& info);
 Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters);
+/// A request with no body: info, kernel_stats, cache_list, drain.
+Encoded encode_request(Type type, std::uint64_t id);
+Encoded encode_info_reply(std::uint64_t id, const Fields& f);
+Encoded encode_kernel_stats_reply(std::uint64_t id, const KernelStatsReply& s);
+Encoded encode_cache_list_reply(std::uint64_t id, const CacheList& c);
+Encoded encode_cache_evict(std::uint64_t id, const CodeHash& hash);
+Encoded encode_ack(std::uint64_t id, bool done, std::string_view note);
 
 } // namespace bitship::wire

@@ -197,6 +197,12 @@ std::vector<CachedCodeInfo> CodeCache::list() const {
             out.push_back(std::move(info));
         }
     }
+    {
+        std::lock_guard lock(disk_mutex_);
+        for (auto& info : out)
+            if (auto it = disk_.find(info.hash); it != disk_.end())
+                info.disk_bytes = it->second.bundle_bytes + it->second.object_bytes;
+    }
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
     return out;
 }

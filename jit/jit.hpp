@@ -90,6 +90,7 @@ public:
 struct CachedCodeInfo {
     CodeHash hash{};
     std::size_t code_bytes = 0; ///< see CompiledCode::code_bytes
+    std::size_t disk_bytes = 0; ///< its bundle and object files in the disk cache (0: none)
     unsigned tier = 0;          ///< 0: fast first compile; 1: fully optimised
     std::chrono::steady_clock::time_point last_use; ///< last find() or compile (a few ms coarse)
     bool in_use = false;        ///< held outside the cache when listed (e.g. by a running call)

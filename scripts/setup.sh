@@ -8,7 +8,9 @@ packages=(
   libucx-dev ucx-utils libhwloc-dev
   catch2 libfmt-dev libspdlog-dev libcli11-dev libsodium-dev libexpected-dev
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libcurl4-openssl-dev libffi-dev
-  gnuplot-nox
+  gnuplot-nox systemd
+  libpmix-dev openmpi-bin slurmctld slurmd slurm-client munge
+  libcpp-httplib-dev nlohmann-json3-dev lintian prometheus
 )
 
 missing=()

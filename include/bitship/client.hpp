@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <memory>
@@ -107,6 +108,7 @@ struct GetStep {
 /// error (the agent's message, a timeout, a disconnect). Never hangs past the call's deadline.
 class Future {
 public:
+    friend class Batch;
     Future() = default;
     /// Whether the result is in.
     [[nodiscard]] bool ready() const noexcept;
@@ -156,6 +158,10 @@ struct ClientStats {
     std::uint64_t need_code_received = 0; ///< times an agent asked for code
     std::uint64_t reconnects = 0;
     std::uint64_t stray_replies = 0;      ///< answers for calls already answered (should be 0)
+    /// Calls completed by a thread that was leading progress while it waited on a Future
+    /// (caller-driven progress), and by the background progress thread.
+    std::uint64_t completed_by_waiter = 0;
+    std::uint64_t completed_by_background = 0;
 };
 
 /// Ships kernels to agents. Thread-safe: any number of threads may connect and ship through
@@ -163,6 +169,8 @@ struct ClientStats {
 /// such thread at a time leads; the others are handed their results), so a call costs send,
 /// poll, receive on the calling thread. A background thread progresses for calls nobody waits
 /// on and enforces deadlines; it sleeps when idle.
+class Batch;
+
 class Client {
 public:
     static Result<Client> create(const ClientOptions& options = {});
@@ -173,6 +181,11 @@ public:
     /// Connects to the agent at `"host:port"` and waits for it to describe itself. Fails with
     /// connect_failed within options.connect_timeout when nobody answers.
     Result<Target> connect(std::string_view host_port);
+
+    /// Connects to every agent of a peers file (see <bitship/peers.hpp>), in rank order: index
+    /// i of the result is rank i, ready to be a ShipOptions::peers table. Fails, naming the
+    /// rank, if the file is unreadable or malformed or any agent does not answer.
+    Result<std::vector<Target>> connect_all(const std::filesystem::path& peers_file);
 
     /// Runs `kernel` on `target` with `args` laid out as a C struct of those members.
     template <class... Args> Future ship(const Kernel& kernel, const Target& target, const Args&... args) {
@@ -229,7 +242,15 @@ public:
     /// The agent's counters (code received, compiles, cache hits, runs, errors, ...).
     Result<std::vector<std::pair<std::string, std::uint64_t>>> agent_stats(const Target& target);
 
+    /// Operator control, for tools (xctl): sends a request of wire message type `type` (INFO,
+    /// KERNEL_STATS, CACHE_LIST, CACHE_EVICT, DRAIN of core/wire.hpp) with `payload` and returns
+    /// the payload of the agent's reply, which the caller decodes. An ERROR reply is the error.
+    Result<Bytes> control(const Target& target, std::uint8_t type, Bytes payload = {});
+
     [[nodiscard]] ClientStats stats() const;
+
+    /// A batch of calls to send together (see Batch).
+    [[nodiscard]] Batch batch();
 
     struct Impl;
 
@@ -242,6 +263,35 @@ private:
         std::memcpy(out.data() + at, &v, sizeof(T));
     }
     std::unique_ptr<Impl> impl_;
+};
+
+/// Many calls in flight at once. add() prepares calls without sending anything; submit()
+/// sends them all while holding the progress token once, and returns their futures in order.
+/// Waiting on the first future leads progress, which completes the others as their results
+/// arrive. Not thread-safe itself (one Batch per thread); valid while its Client lives.
+///
+/// @code
+///   auto batch = client.batch();
+///   for (std::uint64_t i = 0; i < 64; ++i) batch.add(kernels::inc, agent, i);
+///   for (auto& f : batch.submit()) total += f.get_as<std::uint64_t>().value();
+/// @endcode
+class Batch {
+public:
+    /// Prepares a call of `kernel` on `target` with `args` laid out as a C struct.
+    template <class... Args> void add(const Kernel& kernel, const Target& target, const Args&... args) {
+        add_bytes(kernel, target, Client::pack_args(args...));
+    }
+    /// Prepares a call with raw argument bytes.
+    void add_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options = {});
+    /// Sends every prepared call; the batch is empty afterwards.
+    std::vector<Future> submit();
+    [[nodiscard]] std::size_t size() const noexcept { return calls_.size(); }
+
+private:
+    friend class Client;
+    explicit Batch(Client::Impl* impl) : impl_(impl) {}
+    Client::Impl* impl_;
+    std::vector<std::shared_ptr<detail::CallState>> calls_;
 };
 
 } // namespace bitship

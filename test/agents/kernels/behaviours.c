@@ -45,3 +45,15 @@ BS_KERNEL(reply_twice) {
 }
 
 BS_KERNEL(silent) { (void)ctx; }
+
+/* Counts to its 64-bit argument (about a nanosecond a step) and answers it: a kernel that
+ * takes as long as it is told, without a clock. */
+BS_KERNEL(busy_count) {
+    size_t len;
+    const uint64_t* n = (const uint64_t*)bs_args(ctx, &len);
+    volatile uint64_t i = 0;
+    uint64_t limit = len == sizeof *n ? *n : 0;
+    while (i < limit) i = i + 1;
+    uint64_t out = limit;
+    bs_reply(ctx, &out, sizeof out);
+}

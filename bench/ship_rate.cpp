@@ -1,0 +1,200 @@
+// ship_rate: what many calls in flight and bulk arguments and results cost, per transport, in
+// one run, beside bare UCX measured by ucx_perftest in the same run:
+//   message rate   cached `inc` calls (8-byte arguments and result), a window of calls in
+//                  flight through Client::batch(); a call is two messages, so the floor is
+//                  ucx_perftest ucp_am_bw's 8-byte message rate / 2 calls per second
+//   bulk args      1 MiB arguments to `xor_bytes` (reads them all, answers 8 bytes)
+//   bulk result    8-byte arguments to `make_bytes`, which answers 1 MiB
+//   bulk floor     ucx_perftest ucp_am_bw with 1 MiB messages
+// The agent is a real xagent process started here on loopback.
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <bench_kernels.hpp>
+#include <bitship/client.hpp>
+
+#include "launcher.hpp"
+#include "perftest.hpp"
+#include "stats.hpp"
+
+namespace {
+
+using namespace bitship;
+using Clock = std::chrono::steady_clock;
+constexpr double kMiB = 1024.0 * 1024.0;
+
+struct Config {
+    std::size_t calls = 200000;
+    std::size_t window = 64;
+    std::size_t bulk_bytes = 1u << 20;
+    std::size_t bulk_calls = 400;
+    std::size_t bulk_in_flight = 4;
+    int rounds = 5;
+    std::string progress = "spin-then-block";
+    std::string csv;
+};
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+void must(bool ok, const std::string& what) {
+    if (!ok) throw std::runtime_error(what);
+}
+
+// Calls per second with `window` in flight: batches of `window`, each waited for in full.
+double call_rate(Client& client, const Target& target, std::size_t calls, std::size_t window) {
+    std::uint64_t checksum = 0, expected = 0;
+    auto t = Clock::now();
+    for (std::size_t done = 0; done < calls; done += window) {
+        auto batch = client.batch();
+        for (std::size_t i = 0; i < window; ++i) {
+            batch.add(bench_kernels::inc, target, std::uint64_t{done + i});
+            expected += done + i + 1;
+        }
+        for (auto& f : batch.submit()) {
+            auto r = f.get_as<std::uint64_t>();
+            must(bool(r), r ? "" : r.error().describe());
+            checksum += *r;
+        }
+    }
+    double s = seconds_since(t);
+    must(checksum == expected, "message-rate results do not add up");
+    return double(calls - calls % window + (calls % window ? window : 0)) / s;
+}
+
+// Bytes per second moved by `calls` bulk calls, `in_flight` at a time.
+double bulk_rate(Client& client, const Target& target, std::size_t calls, std::size_t bytes, bool as_args, std::size_t kInFlight) {
+    Bytes payload(bytes);
+    std::uint64_t x = 0;
+    for (std::size_t i = 0; i < bytes / 8; ++i) {
+        std::uint64_t w = i * 0x9E3779B97F4A7C15ull;
+        std::memcpy(payload.data() + i * 8, &w, 8);
+        x ^= w;
+    }
+    auto t = Clock::now();
+    for (std::size_t done = 0; done < calls; done += kInFlight) {
+        auto batch = client.batch();
+        for (std::size_t i = 0; i < kInFlight; ++i) {
+            if (as_args) batch.add_bytes(bench_kernels::xor_bytes, target, payload);
+            else batch.add(bench_kernels::make_bytes, target, std::uint64_t{bytes});
+        }
+        for (auto& f : batch.submit()) {
+            auto r = f.get();
+            must(bool(r), r ? "" : r.error().describe());
+            if (as_args) {
+                std::uint64_t got;
+                must(r->size() == 8, "xor_bytes answered the wrong size");
+                std::memcpy(&got, r->data(), 8);
+                must(got == x, "xor_bytes answered a wrong checksum: arguments arrived corrupted");
+            } else {
+                must(r->size() == bytes && (*r)[bytes - 1] == std::byte((bytes - 1) & 0xff), "make_bytes answered wrong bytes");
+            }
+        }
+    }
+    double s = seconds_since(t);
+    std::size_t moved = (calls + kInFlight - 1) / kInFlight * kInFlight;
+    return double(moved) * double(bytes) / s;
+}
+
+double median_of(std::vector<double> v) { return bench::summarise(std::move(v)).median; }
+
+} // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"Calls per second with many in flight, and 1 MiB arguments and results, against ucx_perftest ucp_am_bw"};
+    Config cfg;
+    bool quick = false;
+    std::vector<std::string> transports{"tcp", "shm"};
+    app.add_option("--calls", cfg.calls, "cached 8-byte calls per message-rate round")->capture_default_str();
+    app.add_option("--window", cfg.window, "calls in flight (one batch)")->capture_default_str();
+    app.add_option("--bulk-bytes", cfg.bulk_bytes, "bytes of arguments / result per bulk call")->capture_default_str();
+    app.add_option("--bulk-calls", cfg.bulk_calls, "bulk calls per round")->capture_default_str();
+    app.add_option("--bulk-in-flight", cfg.bulk_in_flight, "bulk calls in flight")->capture_default_str();
+    app.add_option("--rounds", cfg.rounds, "rounds per row (median reported)")->capture_default_str();
+    app.add_option("--transport", transports, "transports to measure")->capture_default_str();
+    app.add_option("--progress", cfg.progress, "progress mode of client and agent: spin, block, spin-then-block")
+        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
+    app.add_flag("--quick", quick, "smaller rounds (20000 calls, 100 bulk calls, 3 rounds)");
+    app.add_option("--csv", cfg.csv, "write the rows as CSV here");
+    CLI11_PARSE(app, argc, argv);
+    if (quick) {
+        cfg.calls = 20000;
+        cfg.bulk_calls = 100;
+        cfg.rounds = 3;
+    }
+    fmt::print("ship_rate: {} | progress {} for client and agent | agent: 1 worker | window {} calls | bulk {} bytes, {} in "
+               "flight | {} rounds per row, median | loopback, unpinned\n\n",
+               bench::cpu_description(), cfg.progress, cfg.window, cfg.bulk_bytes, cfg.bulk_in_flight, cfg.rounds);
+    fmt::print("{:<5} {:<40} {:>14} {:>14} {:>8}\n", "tl", "measure", "bitship", "ucx_perftest", "ratio");
+
+    std::vector<bench::Row> rows;
+    std::vector<std::string> verdicts;
+    try {
+        for (const auto& tl : transports) {
+            auto transport = parse_transport(tl);
+            if (!transport) throw std::runtime_error(transport.error().message);
+            auto rate_floor = bench::run_perftest(*transport, "ucp_am_bw", 8, 1000000, 10000);
+            auto bulk_floor = bench::run_perftest(*transport, "ucp_am_bw", cfg.bulk_bytes, 2000, 100);
+
+            launch::AgentProcess agent(tl, {"--progress", cfg.progress, "--log-level", "warn", "--workers", "1",
+                                            "--max-args", std::to_string(cfg.bulk_bytes),
+                                            "--max-result", std::to_string(cfg.bulk_bytes)});
+            ClientOptions o;
+            o.transport = *transport;
+            o.loopback_only = true;
+            o.progress = *parse_progress_mode(cfg.progress);
+            auto client = Client::create(o);
+            if (!client) throw std::runtime_error(client.error().describe());
+            auto target = client->connect(agent.address());
+            if (!target) throw std::runtime_error(target.error().describe());
+            // Code on the agent and every path warm before anything is timed.
+            call_rate(*client, *target, cfg.window * 20, cfg.window);
+            bulk_rate(*client, *target, 8, cfg.bulk_bytes, true, cfg.bulk_in_flight);
+            bulk_rate(*client, *target, 8, cfg.bulk_bytes, false, cfg.bulk_in_flight);
+
+            std::vector<double> rates, args_bw, result_bw;
+            for (int r = 0; r < cfg.rounds; ++r) {
+                rates.push_back(call_rate(*client, *target, cfg.calls, cfg.window));
+                args_bw.push_back(bulk_rate(*client, *target, cfg.bulk_calls, cfg.bulk_bytes, true, cfg.bulk_in_flight) / kMiB);
+                result_bw.push_back(bulk_rate(*client, *target, cfg.bulk_calls, cfg.bulk_bytes, false, cfg.bulk_in_flight) / kMiB);
+            }
+            double rate = median_of(rates), abw = median_of(args_bw), rbw = median_of(result_bw);
+            double floor_msgs = rate_floor ? rate_floor->message_rate : 0;
+            double floor_bw = bulk_floor ? bulk_floor->bandwidth_mib_s : 0;
+            auto line = [&](const std::string& what, double ours, double floor, const std::string& unit) {
+                fmt::print("{:<5} {:<40} {:>10.0f} {:<3} {:>10.0f} {:<3} {:>8}\n", tl, what, ours, unit, floor, unit,
+                           floor > 0 ? fmt::format("{:.2f}", ours / floor) : "n/a");
+                rows.push_back({{{"transport", tl}, {"measure", what}}, {}, {{"bitship", ours}, {"ucx_perftest", floor}}});
+            };
+            line("cached calls/s (8 B) vs 8 B messages/s", rate, floor_msgs, "/s");
+            line(fmt::format("args {} B -> 8 B result, MiB/s", cfg.bulk_bytes), abw, floor_bw, "");
+            line(fmt::format("8 B args -> {} B result, MiB/s", cfg.bulk_bytes), rbw, floor_bw, "");
+            auto verdict = [&](const std::string& what, double ratio, double target) {
+                verdicts.push_back(fmt::format("{}: {} = {:.2f} of bare UCX (target >= {:.2f}) {}", tl, what, ratio, target,
+                                               ratio >= target ? "MET" : "MISSED"));
+            };
+            if (rate_floor) {
+                fmt::print("      floor: {}\n", rate_floor->command);
+                verdict("calls/s vs ucp_am_bw 8 B message rate (a call is 2 messages)", rate / rate_floor->message_rate, 0.5);
+            }
+            if (bulk_floor) {
+                fmt::print("      floor: {}\n", bulk_floor->command);
+                verdict("1 MiB arguments vs ucp_am_bw 1 MiB bandwidth", abw / floor_bw, 0.7);
+                verdict("1 MiB results vs ucp_am_bw 1 MiB bandwidth", rbw / floor_bw, 0.7);
+            }
+        }
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "ship_rate: {}\n", e.what());
+        return 1;
+    }
+    fmt::print("\n");
+    for (const auto& v : verdicts) fmt::print("{}\n", v);
+    if (!cfg.csv.empty()) bench::write_csv(cfg.csv, rows);
+    return 0;
+}
