@@ -45,6 +45,9 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     jo.exports.insert(jo.exports.end(), config.exports.begin(), config.exports.end());
     jo.opt_level = config.opt_level;
     jo.cache_dir = config.cache_dir;
+    jo.tiers = config.jit_tiers;
+    jo.cache_mib = config.cache_mib;
+    jo.cache_disk_mib = config.cache_disk_mib;
     auto jit = jit::Jit::create(std::move(jo));
     if (!jit) return tl::make_unexpected(jit.error());
     impl->jit = std::move(*jit);

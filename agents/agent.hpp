@@ -38,6 +38,9 @@ struct AgentConfig {
     bool workers_lead = true;
     std::filesystem::path cache_dir;
     unsigned opt_level = 2;
+    unsigned jit_tiers = 2;         ///< jit::JitOptions::tiers
+    std::size_t cache_mib = 0;      ///< jit::JitOptions::cache_mib (0: unbounded)
+    std::size_t cache_disk_mib = 0; ///< jit::JitOptions::cache_disk_mib (0: unbounded)
     std::chrono::milliseconds kernel_timeout{10000};
     wire::Limits limits;
     bool loopback_only = false;

@@ -93,7 +93,7 @@ struct Link {
     X(malformed_messages) X(kernel_failures) X(kernel_crashes) X(kernel_timeouts) X(pings)           \
     X(forwards) X(forwards_local) X(code_forwarded) X(native_runs)                                  \
     X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
-    X(last_compile_codegen_ns) X(last_compile_link_ns)
+    X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};

@@ -10,8 +10,8 @@ namespace bitship::agent {
 
 /// What the code cache holds (Jit::cached()).
 Result<wire::CacheList> list_cached_code(const jit::Jit& jit);
-/// Drops `hash` from the code cache (Jit::evict()); false when it was not there or a running
-/// call holds it.
+/// Drops the cache's reference to `hash` (Jit::evict()); false when it was not there. Code a
+/// running call holds stays loaded until that call ends.
 Result<bool> evict_cached_code(jit::Jit& jit, const CodeHash& hash);
 
 } // namespace bitship::agent

@@ -79,9 +79,10 @@ void Agent::Impl::on_compiled(const CodeHash& hash, Result<std::shared_ptr<const
     counters.last_compile_optimise_ns.store(ns(s.optimise_ms), std::memory_order_relaxed);
     counters.last_compile_codegen_ns.store(ns(s.codegen_ms), std::memory_order_relaxed);
     counters.last_compile_link_ns.store(ns(s.link_ms), std::memory_order_relaxed);
-    spdlog::info("compiled {}{} for {} target-cpu={}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
-                 to_hex(hash, 16), s.from_disk ? " (from disk cache)" : "", jit::host().triple, jit::host().cpu, s.verify_ms, s.parse_ms, s.optimise_ms,
-                 s.codegen_ms, s.link_ms);
+    counters.last_compile_tier.store(s.tier, std::memory_order_relaxed);
+    spdlog::info("compiled {} at tier {}{} for {} target-cpu={}: verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
+                 to_hex(hash, 16), s.tier, s.from_object ? " (object from disk cache)" : s.from_disk ? " (from disk cache)" : "",
+                 jit::host().triple, jit::host().cpu, s.verify_ms, s.parse_ms, s.optimise_ms, s.codegen_ms, s.link_ms);
     for (auto& r : waiting) run_compiled(std::move(r), *code);
 }
 

@@ -107,6 +107,12 @@ int main(int argc, char** argv) {
     app.add_option("--cache-dir", cache_dir, "keep compiled code here across restarts (default: memory only)")
         ->envname("BITSHIP_CACHE_DIR");
     app.add_option("--opt-level", config.opt_level, "JIT optimisation level")->check(CLI::Range(0, 3))->capture_default_str();
+    app.add_option("--jit-tiers", config.jit_tiers, "2: new code compiled fast, then optimised in the background; 1: optimised at once")
+        ->check(CLI::Range(1, 2))->capture_default_str();
+    app.add_option("--cache-mib", config.cache_mib, "cap on compiled code in memory, MiB (0: unbounded)")
+        ->capture_default_str()->envname("BITSHIP_CACHE_MIB");
+    app.add_option("--cache-disk-mib", config.cache_disk_mib, "cap on --cache-dir, MiB (0: unbounded)")
+        ->capture_default_str()->envname("BITSHIP_CACHE_DISK_MIB");
     app.add_option("--kernel-timeout-ms", timeout_ms, "stop a kernel that runs longer than this, checked every 5 ms (0: never)")
         ->capture_default_str()->envname("BITSHIP_KERNEL_TIMEOUT_MS");
     app.add_option("--max-message", max_message, "largest message accepted, bytes")->capture_default_str();

@@ -1,23 +1,28 @@
 #include "code_cache.hpp"
 
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <fstream>
-#include <mutex>
 #include <system_error>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace bitship::jit {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr std::string_view kExtension = ".bundle";
+constexpr std::string_view kBundleExtension = ".bundle";
+constexpr std::string_view kObjectExtension = ".obj";
+constexpr std::size_t kHexDigits = 64;
+constexpr std::size_t kHashDigitsInMessages = 16;
+
+std::string_view extension_of(DiskFile kind) { return kind == DiskFile::bundle ? kBundleExtension : kObjectExtension; }
 
 /// A name no other writer (thread or process) uses at the same time.
 fs::path temp_name(const fs::path& final_path) {
@@ -26,6 +31,36 @@ fs::path temp_name(const fs::path& final_path) {
 }
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
+
+/// A monotonic clock read cheap enough for every find() (the vDSO's coarse clock, a few ms
+/// resolution: plenty to order evictions).
+std::int64_t coarse_now_ns() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+std::int64_t file_clock_now() { return fs::file_time_type::clock::now().time_since_epoch().count(); }
+
+/// `<64 hex digits><ext>` → the hash; nullopt for any other name (temporaries, strangers).
+std::optional<std::pair<CodeHash, DiskFile>> parse_name(const std::string& name) {
+    DiskFile kind{};
+    if (name.size() == kHexDigits + kBundleExtension.size() && name.ends_with(kBundleExtension)) kind = DiskFile::bundle;
+    else if (name.size() == kHexDigits + kObjectExtension.size() && name.ends_with(kObjectExtension)) kind = DiskFile::object;
+    else return std::nullopt;
+    CodeHash hash{};
+    for (std::size_t i = 0; i < hash.size(); ++i) {
+        auto digit = [](char c) -> int {
+            if (c >= '0' && c <= '9') return c - '0';
+            if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+            return -1;
+        };
+        int hi = digit(name[2 * i]), lo = digit(name[2 * i + 1]);
+        if (hi < 0 || lo < 0) return std::nullopt;
+        hash[i] = static_cast<std::uint8_t>(hi * 16 + lo);
+    }
+    return std::pair{hash, kind};
+}
 
 /// Writes all of `bytes` to a new file at `path` (which must not exist).
 Result<void> write_new_file(const fs::path& path, std::span<const std::byte> bytes) {
@@ -43,8 +78,8 @@ Result<void> write_new_file(const fs::path& path, std::span<const std::byte> byt
         }
         done += static_cast<std::size_t>(n);
     }
-    // No fsync: after a power loss a renamed file may be empty or short, but load() checks
-    // the slice hash again and discards such a file, so a torn file is never run.
+    // No fsync: after a power loss a renamed file may be empty or short, but a bundle's slice
+    // hash and an object file's digest are checked again on load, so a torn file is never run.
     if (::close(fd) != 0) {
         int err = errno;
         ::unlink(path.c_str());
@@ -55,7 +90,7 @@ Result<void> write_new_file(const fs::path& path, std::span<const std::byte> byt
 
 } // namespace
 
-Result<std::unique_ptr<CodeCache>> CodeCache::open(fs::path dir) {
+Result<std::unique_ptr<CodeCache>> CodeCache::open(fs::path dir, std::size_t memory_cap_bytes, std::size_t disk_cap_bytes) {
     if (!dir.empty()) {
         std::error_code ec;
         fs::create_directories(dir, ec);
@@ -69,36 +104,150 @@ Result<std::unique_ptr<CodeCache>> CodeCache::open(fs::path dir) {
             return fail(Errc::io_error, "code cache is not writable: " + ok.error().message);
         fs::remove(probe, ec);
     }
-    return std::unique_ptr<CodeCache>(new CodeCache(std::move(dir)));
+    auto cache = std::unique_ptr<CodeCache>(new CodeCache(std::move(dir), memory_cap_bytes, disk_cap_bytes));
+    cache->index_dir();
+    return cache;
 }
+
+// ---- memory ----
 
 std::shared_ptr<const CompiledCode> CodeCache::find(const CodeHash& hash) const {
     std::shared_lock lock(mutex_);
     auto it = memory_.find(hash);
-    return it == memory_.end() ? nullptr : it->second;
+    if (it == memory_.end()) return nullptr;
+    // Written only when the coarse clock moved: calls in a burst do not all dirty the line.
+    const auto now = coarse_now_ns();
+    if (it->second.last_use.load(std::memory_order_relaxed) != now)
+        it->second.last_use.store(now, std::memory_order_relaxed);
+    return it->second.code;
 }
 
 std::shared_ptr<const CompiledCode> CodeCache::insert(std::shared_ptr<const CompiledCode> code) {
     std::unique_lock lock(mutex_);
-    auto [it, added] = memory_.try_emplace(code->hash(), code);
-    return it->second;
+    auto [it, added] = memory_.try_emplace(code->hash());
+    if (!added) return it->second.code;
+    it->second.code = std::move(code);
+    it->second.last_use.store(coarse_now_ns(), std::memory_order_relaxed);
+    memory_bytes_ += it->second.code->code_bytes();
+    evict_memory_locked(it->first);
+    return it->second.code;
 }
 
-fs::path CodeCache::path_of(const CodeHash& hash) const {
-    return dir_ / (to_hex(hash) + std::string(kExtension));
+bool CodeCache::upgrade(std::shared_ptr<const CompiledCode> code) {
+    std::unique_lock lock(mutex_);
+    auto it = memory_.find(code->hash());
+    if (it == memory_.end() || it->second.code->stats().tier >= code->stats().tier) return false;
+    memory_bytes_ -= it->second.code->code_bytes();
+    memory_bytes_ += code->code_bytes();
+    // The old tier stays loaded while a caller holds it; its last holder unloads it.
+    it->second.code = std::move(code);
+    evict_memory_locked(it->first);
+    return true;
 }
 
-bool CodeCache::on_disk(const CodeHash& hash) const {
+std::optional<unsigned> CodeCache::tier_of(const CodeHash& hash) const {
+    std::shared_lock lock(mutex_);
+    auto it = memory_.find(hash);
+    if (it == memory_.end()) return std::nullopt;
+    return it->second.code->stats().tier;
+}
+
+bool CodeCache::evict(const CodeHash& hash) {
+    std::unique_lock lock(mutex_);
+    auto it = memory_.find(hash);
+    if (it == memory_.end()) return false;
+    memory_bytes_ -= it->second.code->code_bytes();
+    memory_.erase(it);
+    return true;
+}
+
+void CodeCache::evict_memory_locked(const CodeHash& keep) {
+    if (memory_cap_ == 0) return;
+    while (memory_bytes_ > memory_cap_) {
+        // The least recently used entry that only the cache holds: code a call is running
+        // (a shared_ptr held elsewhere) is never evicted. Nothing evictable: over the cap
+        // until those calls end (the next insert tries again).
+        auto victim = memory_.end();
+        for (auto it = memory_.begin(); it != memory_.end(); ++it) {
+            if (it->first == keep || it->second.code.use_count() > 1) continue;
+            if (victim == memory_.end() ||
+                it->second.last_use.load(std::memory_order_relaxed) < victim->second.last_use.load(std::memory_order_relaxed))
+                victim = it;
+        }
+        if (victim == memory_.end()) return;
+        memory_bytes_ -= victim->second.code->code_bytes();
+        memory_.erase(victim);
+    }
+}
+
+std::vector<CachedCodeInfo> CodeCache::list() const {
+    std::vector<CachedCodeInfo> out;
+    {
+        std::shared_lock lock(mutex_);
+        out.reserve(memory_.size());
+        for (const auto& [hash, slot] : memory_) {
+            CachedCodeInfo info;
+            info.hash = hash;
+            info.code_bytes = slot.code->code_bytes();
+            info.tier = slot.code->stats().tier;
+            info.last_use = std::chrono::steady_clock::time_point(
+                std::chrono::nanoseconds(slot.last_use.load(std::memory_order_relaxed)));
+            info.in_use = slot.code.use_count() > 1;
+            info.stats = slot.code->stats();
+            out.push_back(std::move(info));
+        }
+    }
+    {
+        std::lock_guard lock(disk_mutex_);
+        for (auto& info : out)
+            if (auto it = disk_.find(info.hash); it != disk_.end())
+                info.disk_bytes = it->second.bundle_bytes + it->second.object_bytes;
+    }
+    std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
+    return out;
+}
+
+std::size_t CodeCache::memory_bytes() const {
+    std::shared_lock lock(mutex_);
+    return memory_bytes_;
+}
+
+// ---- disk ----
+
+void CodeCache::index_dir() {
+    if (dir_.empty()) return;
+    std::error_code ec;
+    std::lock_guard lock(disk_mutex_);
+    for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+        auto parsed = parse_name(it->path().filename().string());
+        if (!parsed) continue;
+        std::error_code size_ec, time_ec;
+        auto size = it->file_size(size_ec);
+        auto mtime = it->last_write_time(time_ec);
+        if (size_ec || time_ec) continue;
+        auto& entry = disk_[parsed->first];
+        (parsed->second == DiskFile::bundle ? entry.bundle_bytes : entry.object_bytes) = static_cast<std::size_t>(size);
+        entry.last_use = std::max(entry.last_use, std::int64_t(mtime.time_since_epoch().count()));
+        disk_bytes_ += static_cast<std::size_t>(size);
+    }
+    if (disk_cap_ != 0 && disk_bytes_ > disk_cap_) evict_disk_locked(CodeHash{});
+}
+
+fs::path CodeCache::path_of(const CodeHash& hash, DiskFile kind) const {
+    return dir_ / (to_hex(hash) + std::string(extension_of(kind)));
+}
+
+bool CodeCache::on_disk(const CodeHash& hash, DiskFile kind) const {
     if (dir_.empty()) return false;
     std::error_code ec;
-    return fs::is_regular_file(path_of(hash), ec);
+    return fs::is_regular_file(path_of(hash, kind), ec);
 }
 
-Result<void> CodeCache::store(const CodeHash& hash, std::span<const std::byte> bundle) const {
-    if (dir_.empty() || on_disk(hash)) return {};
-    auto final_path = path_of(hash);
+Result<void> CodeCache::store(const CodeHash& hash, DiskFile kind, std::span<const std::byte> bytes) {
+    if (dir_.empty()) return {};
+    auto final_path = path_of(hash, kind);
     auto temp = temp_name(final_path);
-    if (auto ok = write_new_file(temp, bundle); !ok) return ok;
+    if (auto ok = write_new_file(temp, bytes); !ok) return ok;
     // rename() is atomic: readers see the old state or the whole new file, never part of it.
     if (::rename(temp.c_str(), final_path.c_str()) != 0) {
         int err = errno;
@@ -106,25 +255,69 @@ Result<void> CodeCache::store(const CodeHash& hash, std::span<const std::byte> b
         return fail(Errc::io_error, fmt::format("cannot rename {} to {}: {}", temp.string(),
                                                 final_path.string(), errno_text(err)));
     }
+    std::lock_guard lock(disk_mutex_);
+    auto& entry = disk_[hash];
+    auto& size = kind == DiskFile::bundle ? entry.bundle_bytes : entry.object_bytes;
+    disk_bytes_ = disk_bytes_ - size + bytes.size();
+    size = bytes.size();
+    entry.last_use = file_clock_now();
+    evict_disk_locked(hash);
     return {};
 }
 
-Result<std::vector<std::byte>> CodeCache::read(const CodeHash& hash) const {
-    if (dir_.empty()) return fail(Errc::code_missing, fmt::format("no code cache directory for {}", to_hex(hash, 16)));
-    auto path = path_of(hash);
+void CodeCache::evict_disk_locked(const CodeHash& keep) {
+    if (disk_cap_ == 0) return;
+    while (disk_bytes_ > disk_cap_) {
+        auto victim = disk_.end();
+        for (auto it = disk_.begin(); it != disk_.end(); ++it)
+            if (it->first != keep && (victim == disk_.end() || it->second.last_use < victim->second.last_use)) victim = it;
+        if (victim == disk_.end()) return; // one slice larger than the cap: keep it
+        std::error_code ec;
+        fs::remove(path_of(victim->first, DiskFile::bundle), ec);
+        fs::remove(path_of(victim->first, DiskFile::object), ec);
+        disk_bytes_ -= victim->second.bundle_bytes + victim->second.object_bytes;
+        spdlog::debug("jit: disk cache evicts {}", to_hex(victim->first, kHashDigitsInMessages));
+        disk_.erase(victim);
+    }
+}
+
+Result<std::vector<std::byte>> CodeCache::read(const CodeHash& hash, DiskFile kind) {
+    if (dir_.empty())
+        return fail(Errc::code_missing, fmt::format("no code cache directory for {}", to_hex(hash, kHashDigitsInMessages)));
+    auto path = path_of(hash, kind);
     std::ifstream in(path, std::ios::binary);
-    if (!in) return fail(Errc::code_missing, fmt::format("{} is not in the disk cache", to_hex(hash, 16)));
+    if (!in) return fail(Errc::code_missing, fmt::format("{} is not in the disk cache", to_hex(hash, kHashDigitsInMessages)));
     std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (in.bad()) return fail(Errc::io_error, fmt::format("cannot read {}", path.string()));
     std::vector<std::byte> bytes(chars.size());
     if (!chars.empty()) std::memcpy(bytes.data(), chars.data(), chars.size());
+    std::error_code ec;
+    fs::last_write_time(path, fs::file_time_type::clock::now(), ec); // best effort: eviction order only
+    std::lock_guard lock(disk_mutex_);
+    if (auto it = disk_.find(hash); it != disk_.end()) it->second.last_use = file_clock_now();
     return bytes;
 }
 
-void CodeCache::remove(const CodeHash& hash) const {
+void CodeCache::remove(const CodeHash& hash, std::optional<DiskFile> kind) {
     if (dir_.empty()) return;
     std::error_code ec;
-    fs::remove(path_of(hash), ec);
+    std::lock_guard lock(disk_mutex_);
+    auto it = disk_.find(hash);
+    for (auto k : {DiskFile::bundle, DiskFile::object}) {
+        if (kind && *kind != k) continue;
+        fs::remove(path_of(hash, k), ec);
+        if (it != disk_.end()) {
+            auto& size = k == DiskFile::bundle ? it->second.bundle_bytes : it->second.object_bytes;
+            disk_bytes_ -= size;
+            size = 0;
+        }
+    }
+    if (it != disk_.end() && it->second.bundle_bytes == 0 && it->second.object_bytes == 0) disk_.erase(it);
+}
+
+std::size_t CodeCache::disk_bytes() const {
+    std::lock_guard lock(disk_mutex_);
+    return disk_bytes_;
 }
 
 } // namespace bitship::jit

@@ -10,9 +10,14 @@
 // (code R-X, read-only data R--, data RW-). No page is ever writable and executable at once;
 // jit_test's "no JIT page is ever writable and executable" checks /proc/self/maps.
 //
-// Threads: no compile threads. Materialisation runs on the thread that looks a slice's
-// entries up, so independent compiles parse, optimise and generate code in parallel; ORC's
-// session lock serialises only the bookkeeping.
+// Code generation: done here, on the compiling thread, with a TargetMachine borrowed from the
+// tier's pool (FastISel at CodeGenOptLevel::None for tier 0, the configured level for tier 1),
+// and the object is then added to the slice's JITDylib; looking the entries up links it. So the
+// object code is in hand for the disk cache, and a cached object links without any IR at all.
+//
+// Threads: no compile threads here (the Jit owns the tier-up thread). Independent compiles
+// parse, optimise and generate code in parallel; ORC's session lock serialises only the
+// bookkeeping.
 #include "engine.hpp"
 
 #include <algorithm>
@@ -27,6 +32,7 @@
 
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/ExecutionEngine/JITLink/EHFrameSupport.h>
+#include <llvm/ExecutionEngine/JITLink/JITLink.h>
 #include <llvm/ExecutionEngine/JITLink/JITLinkMemoryManager.h>
 #include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/Core.h>
@@ -41,6 +47,7 @@
 #include <llvm/IR/Module.h>
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/MemoryBuffer.h>
+#include <llvm/Support/Process.h>
 #include <llvm/Support/TargetSelect.h>
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
@@ -123,14 +130,14 @@ private:
     std::vector<std::unique_ptr<llvm::TargetMachine>> idle_;
 };
 
-/// What happened while a module was materialised (codegen time, link errors), filed under its
-/// JITDylib's name (also the module's identifier, unique per compile) and collected by the
-/// compile that added it. Materialisation may run on any thread; this does not care which.
+/// What happened while an object was linked (the memory it took, link errors), filed under
+/// its JITDylib's name (unique per compile) and collected by the compile that added it. Linking
+/// may run on any thread; this does not care which.
 class MaterialisationLog {
 public:
-    void add_codegen_ms(const std::string& dylib, double ms) {
+    void add_code_bytes(const std::string& dylib, std::size_t bytes) {
         std::lock_guard lock(mutex_);
-        entries_[dylib].codegen_ms += ms;
+        entries_[dylib].code_bytes += bytes;
     }
     void add_error(const std::string& dylib, llvm::Error error) {
         std::lock_guard lock(mutex_);
@@ -138,7 +145,7 @@ public:
         e = llvm::joinErrors(std::move(e), std::move(error));
     }
     struct Entry {
-        double codegen_ms = 0;
+        std::size_t code_bytes = 0;
         llvm::Error error = llvm::Error::success();
     };
     Entry take(const std::string& dylib) {
@@ -166,43 +173,36 @@ char FiledError::ID = 0;
 
 /// The JITDylib whose link is failing on this thread. JITLink calls every plugin's
 /// notifyFailed and then ExecutionSession::reportError with the cause, on the same thread and
-/// before the lookup is told; FailureAttribution sets this, the reporter reads and clears it.
+/// before the lookup is told; LinkObserver sets this, the reporter reads and clears it.
 thread_local std::string t_failing_dylib;
 
-class FailureAttribution final : public orc::ObjectLinkingLayer::Plugin {
+/// Attributes link failures to their JITDylib (above), and files how much memory each link's
+/// segments take, as the in-process memory manager maps them (page-rounded), for the cache cap.
+class LinkObserver final : public orc::ObjectLinkingLayer::Plugin {
 public:
+    explicit LinkObserver(std::shared_ptr<MaterialisationLog> log) : log_(std::move(log)) {}
+
+    void modifyPassConfig(orc::MaterializationResponsibility& responsibility, llvm::jitlink::LinkGraph&,
+                          llvm::jitlink::PassConfiguration& config) override {
+        config.PostAllocationPasses.push_back(
+            [log = log_, dylib = responsibility.getTargetJITDylib().getName()](llvm::jitlink::LinkGraph& graph) -> llvm::Error {
+                llvm::jitlink::BasicLayout layout(graph);
+                auto sizes = layout.getContiguousPageBasedLayoutSizes(llvm::sys::Process::getPageSizeEstimate());
+                if (!sizes) return sizes.takeError();
+                // Finalize segments are freed once the link is done; the standard ones stay.
+                log->add_code_bytes(dylib, static_cast<std::size_t>(sizes->StandardSegs));
+                return llvm::Error::success();
+            });
+    }
+
     llvm::Error notifyFailed(orc::MaterializationResponsibility& responsibility) override {
         t_failing_dylib = responsibility.getTargetJITDylib().getName();
         return llvm::Error::success();
     }
     llvm::Error notifyRemovingResources(orc::JITDylib&, orc::ResourceKey) override { return llvm::Error::success(); }
     void notifyTransferringResources(orc::JITDylib&, orc::ResourceKey, orc::ResourceKey) override {}
-};
-
-/// IR → object code with a borrowed TargetMachine, timed. Thread-safe, so several compiles can
-/// materialise at once.
-class TimedCompiler final : public orc::IRCompileLayer::IRCompiler {
-public:
-    TimedCompiler(std::shared_ptr<TargetMachinePool> machines, std::shared_ptr<MaterialisationLog> log)
-        : IRCompiler(orc::irManglingOptionsFromTargetOptions(machines->builder().getOptions())),
-          machines_(std::move(machines)), log_(std::move(log)) {}
-
-    llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>> operator()(llvm::Module& module) override {
-        auto start = Clock::now();
-        auto tm = machines_->borrow();
-        auto object = tm ? orc::SimpleCompiler(**tm)(module)
-                         : llvm::Expected<std::unique_ptr<llvm::MemoryBuffer>>(tm.takeError());
-        log_->add_codegen_ms(module.getModuleIdentifier(), lap_ms(start));
-        if (!object) {
-            // IRCompileLayer fails the lookup before it reports the error, so file it first.
-            log_->add_error(module.getModuleIdentifier(), object.takeError());
-            return llvm::make_error<FiledError>();
-        }
-        return object;
-    }
 
 private:
-    std::shared_ptr<TargetMachinePool> machines_;
     std::shared_ptr<MaterialisationLog> log_;
 };
 
@@ -211,15 +211,16 @@ private:
 struct Engine::State {
     ~State() {
         // Every slice dylib is gone (each CompiledCode holds the Engine); ending the session
-        // is all that is left, and LLJIT's destructor does it, before the pool and the log
-        // that its compiler and error reporter share.
+        // is all that is left, and LLJIT's destructor does it, before the log that its link
+        // plugin and error reporter share.
         lljit.reset();
     }
 
     AllowList allow;
     unsigned opt_level = 2;
-    std::shared_ptr<TargetMachinePool> machines; // shared with the TimedCompiler inside lljit
-    std::shared_ptr<MaterialisationLog> log;     // shared with it and the session's error reporter
+    std::unique_ptr<TargetMachinePool> fast_machines;      // Tier::fast codegen
+    std::unique_ptr<TargetMachinePool> optimised_machines; // Tier::optimised passes and codegen
+    std::shared_ptr<MaterialisationLog> log; // shared with the link plugin and the session's error reporter
     std::unique_ptr<orc::LLJIT> lljit;
     orc::JITDylib* runtime = nullptr;
     std::atomic<std::uint64_t> serial{0}; // makes every slice dylib name unique
@@ -233,7 +234,8 @@ void Engine::unload(llvm::orc::JITDylib& dylib) noexcept {
         spdlog::warn("jit: {}", to_error(std::move(err), Errc::internal, "unloading " + dylib.getName()).describe());
 }
 
-Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const CodeHash& expected) {
+Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
+                                      bool keep_object) {
     State& st = *state_;
     CompiledParts parts;
     CompileStats& stats = parts.stats;
@@ -294,29 +296,74 @@ Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const C
     }
     stats.parse_ms = lap_ms(mark);
 
-    // 7. For this host: its CPU and features on every function, then the pass pipeline.
+    // 7. For this host: its CPU and features on every function, then (tier 1) the pass
+    //    pipeline, and code generation with the tier's TargetMachine.
+    const bool optimised = tier == Tier::optimised;
+    auto& pool = optimised ? *st.optimised_machines : *st.fast_machines;
+    std::unique_ptr<llvm::MemoryBuffer> object;
     {
-        auto tm = st.machines->borrow();
+        auto tm = pool.borrow();
         if (!tm) return tl::make_unexpected(to_error(tm.takeError(), Errc::compile_failed, "creating a target machine"));
         retarget(*module, **tm, me);
-        optimise(*module, **tm, st.opt_level);
+        if (optimised) optimise(*module, **tm, st.opt_level);
+        stats.optimise_ms = lap_ms(mark);
+        module->setModuleIdentifier(hex);
+        auto made = orc::SimpleCompiler(**tm)(*module);
+        if (!made) return tl::make_unexpected(to_error(made.takeError(), Errc::compile_failed, "generating code for slice " + hex));
+        object = std::move(*made);
     }
-    stats.optimise_ms = lap_ms(mark);
+    stats.codegen_ms = lap_ms(mark);
+    stats.tier = static_cast<unsigned>(tier);
+    if (keep_object) {
+        auto b = llvm::arrayRefFromStringRef(object->getBuffer());
+        parts.object.assign(reinterpret_cast<const std::byte*>(b.data()), reinterpret_cast<const std::byte*>(b.data()) + b.size());
+    }
+    // The IR and its context go now, before the link: only the object is needed from here.
+    module.reset();
+    context.reset();
 
-    // 8. A JITDylib of its own (bundles may reuse entry names), linked to the runtime only;
-    //    looking the entries up generates the code and links it.
+    parts.bundle = view->slices.size() == 1
+                       ? std::vector<std::byte>(bundle.begin(), bundle.end())
+                       : extract_slice(*view, static_cast<std::size_t>(slice - view->slices.data()));
+    if (auto linked = link(std::move(object), entries, hex, parts); !linked) return tl::make_unexpected(linked.error());
+    stats.link_ms = lap_ms(mark);
+    return parts;
+}
+
+Result<CompiledParts> Engine::link_object(std::span<const std::byte> object, const std::vector<std::string>& entries,
+                                          std::vector<std::byte> bundle, const CodeHash& hash) {
+    CompiledParts parts;
+    const std::string hex = to_hex(hash, kHashDigitsInMessages);
+    auto mark = Clock::now();
+    auto buffer = llvm::MemoryBuffer::getMemBufferCopy(
+        llvm::StringRef(reinterpret_cast<const char*>(object.data()), object.size()), hex);
+    parts.bundle = std::move(bundle);
+    parts.stats.tier = static_cast<unsigned>(Tier::optimised);
+    parts.stats.from_object = true;
+    parts.stats.from_disk = true;
+    parts.stats.verify_ms = lap_ms(mark);
+    if (auto linked = link(std::move(buffer), entries, hex, parts); !linked) return tl::make_unexpected(linked.error());
+    parts.stats.link_ms = lap_ms(mark);
+    return parts;
+}
+
+/// 8. A JITDylib of its own (bundles may reuse entry names), linked to the runtime only, gets
+///    `object`; looking the entries up links it. Fills parts.dylib, entries and code_bytes.
+Result<void> Engine::link(std::unique_ptr<llvm::MemoryBuffer> object, const std::vector<std::string>& entries,
+                          const std::string& hex, CompiledParts& parts) {
+    State& st = *state_;
     auto& session = st.lljit->getExecutionSession();
     const std::string dylib_name = fmt::format("bitship.slice.{}.{}", hex, st.serial++);
-    module->setModuleIdentifier(dylib_name);
     auto& dylib = session.createBareJITDylib(dylib_name);
     dylib.setLinkOrder({{st.runtime, orc::JITDylibLookupFlags::MatchExportedSymbolsOnly}});
     // Nothing half-linked stays behind a failure.
-    auto discard = [&](Error error) -> Result<CompiledParts> {
+    auto discard = [&](Error error) -> Result<void> {
         if (auto err = session.removeJITDylib(dylib))
             spdlog::warn("jit: {}", to_error(std::move(err), Errc::internal, "discarding " + dylib_name).describe());
+        st.log->take(dylib_name);
         return tl::make_unexpected(std::move(error));
     };
-    if (auto err = st.lljit->addIRModule(dylib, orc::ThreadSafeModule(std::move(module), std::move(context))))
+    if (auto err = st.lljit->addObjectFile(dylib, std::move(object)))
         return discard(to_error(std::move(err), Errc::compile_failed, "adding slice " + hex));
 
     orc::SymbolLookupSet wanted;
@@ -328,59 +375,86 @@ Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const C
     }
     auto found = session.lookup(orc::makeJITDylibSearchOrder(&dylib, orc::JITDylibLookupFlags::MatchExportedSymbolsOnly),
                                 std::move(wanted));
-    auto materialised = st.log->take(dylib_name);
-    stats.codegen_ms = materialised.codegen_ms;
+    auto linked = st.log->take(dylib_name);
     if (!found) {
         // The cause (e.g. the symbols the linker could not resolve) first, then the lookup's
         // own "failed to materialize".
-        auto error = to_error(llvm::joinErrors(std::move(materialised.error), found.takeError()),
-                              Errc::compile_failed, "compiling slice " + hex);
+        auto error = to_error(llvm::joinErrors(std::move(linked.error), found.takeError()), Errc::compile_failed,
+                              "compiling slice " + hex);
         // The IR passed the allow-list, so what is missing now the backend asked for.
         if (error.code == Errc::unresolved_symbol) error.message += " (a call introduced by code generation)";
         return discard(std::move(error));
     }
-    if (materialised.error)
-        spdlog::warn("jit: {}", to_error(std::move(materialised.error), Errc::internal, "slice " + hex).describe());
+    if (linked.error)
+        spdlog::warn("jit: {}", to_error(std::move(linked.error), Errc::internal, "slice " + hex).describe());
 
     for (const auto& [mangled, symbol] : *found)
         parts.entries.emplace(names.at(mangled), symbol.getAddress().toPtr<bs_entry_fn>());
     parts.dylib = &dylib;
-    parts.bundle = view->slices.size() == 1
-                       ? std::vector<std::byte>(bundle.begin(), bundle.end())
-                       : extract_slice(*view, static_cast<std::size_t>(slice - view->slices.data()));
-    stats.link_ms = std::max(0.0, lap_ms(mark) - stats.codegen_ms);
-    return parts;
+    parts.code_bytes = linked.code_bytes;
+    return {};
 }
 
 /// Builds the LLJIT and the runtime dylib: detectHost, PIC (JITLink places code anywhere in the
 /// address space), JITLink with in-process memory, no platform, no process symbols, and our
 /// timed, thread-safe compiler.
+namespace {
+/// A private constant C string in `module`, as clang makes for a literal.
+llvm::GlobalVariable* b_string(llvm::Module& module, llvm::StringRef text) {
+    auto* init = llvm::ConstantDataArray::getString(module.getContext(), text);
+    auto* g = new llvm::GlobalVariable(module, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, ".str");
+    g->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
+    return g;
+}
+} // namespace
+
 Result<void> Engine::warm_up() {
-    // A loop summing 0..n-1 over its argument: enough for the passes and the code generator to
-    // do real work. It references nothing, so it links whatever the allow-list holds.
+    // Shaped like a kernel: a loop summing 0..n-1, loads and stores through pointer arguments,
+    // a branch, and calls to an external symbol (memcpy, which every allow-list holds), so
+    // that instruction selection, call lowering and the linker's GOT/PLT handling all pay
+    // their first-use costs here. Never run.
     llvm::LLVMContext context;
     llvm::Module module("bitship.warm_up", context);
     module.setTargetTriple(host().triple);
     auto* i64 = llvm::Type::getInt64Ty(context);
-    auto* fn = llvm::Function::Create(llvm::FunctionType::get(i64, {i64}, false), llvm::Function::ExternalLinkage,
-                                      "bitship_warm_up", module);
+    auto* ptr = llvm::PointerType::get(context, 0);
+    auto* memcpy_fn = llvm::Function::Create(llvm::FunctionType::get(ptr, {ptr, ptr, i64}, false),
+                                             llvm::Function::ExternalLinkage, "memcpy", module);
+    auto* fn = llvm::Function::Create(llvm::FunctionType::get(i64, {ptr, ptr, i64}, false),
+                                      llvm::Function::ExternalLinkage, "bitship_warm_up", module);
+    // The attributes clang gives a kernel: the subtarget is cached by some of them, and unwind
+    // tables need their own sections.
+    fn->addFnAttr(llvm::Attribute::NoUnwind);
+    fn->setUWTableKind(llvm::UWTableKind::Async);
+    fn->addFnAttr("min-legal-vector-width", "0");
+    auto* message = b_string(module, "bitship warm-up");
+    auto* dst = fn->getArg(0);
+    auto* src = fn->getArg(1);
+    auto* n = fn->getArg(2);
     auto* entry = llvm::BasicBlock::Create(context, "entry", fn);
     auto* loop = llvm::BasicBlock::Create(context, "loop", fn);
     auto* done = llvm::BasicBlock::Create(context, "done", fn);
+    auto* empty = llvm::BasicBlock::Create(context, "empty", fn);
     llvm::IRBuilder<> b(entry);
-    b.CreateBr(loop);
+    b.CreateCondBr(b.CreateICmpEQ(n, llvm::ConstantInt::get(i64, 0)), empty, loop);
     b.SetInsertPoint(loop);
     auto* i = b.CreatePHI(i64, 2);
     auto* sum = b.CreatePHI(i64, 2);
-    auto* next_sum = b.CreateAdd(sum, i);
+    auto* loaded = b.CreateLoad(i64, b.CreateGEP(i64, src, i));
+    auto* next_sum = b.CreateAdd(b.CreateAdd(sum, i), loaded);
     auto* next_i = b.CreateAdd(i, llvm::ConstantInt::get(i64, 1));
-    b.CreateCondBr(b.CreateICmpULT(next_i, fn->getArg(0)), loop, done);
+    b.CreateCondBr(b.CreateICmpULT(next_i, n), loop, done);
     i->addIncoming(llvm::ConstantInt::get(i64, 0), entry);
     i->addIncoming(next_i, loop);
     sum->addIncoming(llvm::ConstantInt::get(i64, 0), entry);
     sum->addIncoming(next_sum, loop);
     b.SetInsertPoint(done);
+    b.CreateStore(next_sum, dst);
+    b.CreateCall(memcpy_fn, {dst, src, n});
     b.CreateRet(next_sum);
+    b.SetInsertPoint(empty);
+    b.CreateCall(memcpy_fn, {dst, message, llvm::ConstantInt::get(i64, 8)});
+    b.CreateRet(llvm::ConstantInt::get(i64, 0));
 
     llvm::SmallVector<char, 0> buffer;
     llvm::raw_svector_ostream out(buffer);
@@ -389,9 +463,11 @@ Result<void> Engine::warm_up() {
     std::vector<std::string> entries{"bitship_warm_up"};
     SliceInput slice{host().triple, host().cpu, "bitship warm-up", host().llvm, bytes};
     auto bundle = write_bundle(entries, std::span(&slice, 1));
-    auto parts = compile(bundle, hash_code(bytes));
-    if (!parts) return tl::make_unexpected(parts.error());
-    unload(*parts->dylib);
+    for (auto tier : {Tier::fast, Tier::optimised}) {
+        auto parts = compile(bundle, hash_code(bytes), tier);
+        if (!parts) return tl::make_unexpected(parts.error());
+        unload(*parts->dylib);
+    }
     return {};
 }
 
@@ -406,10 +482,14 @@ Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, unsigned opt_leve
     };
     auto builder = orc::JITTargetMachineBuilder::detectHost();
     if (!builder) return fail_llvm(builder.takeError(), "detecting the host target");
-    builder->setCodeGenOptLevel(codegen_level(engine.opt_level));
     builder->setRelocationModel(llvm::Reloc::PIC_);
     builder->setCodeModel(llvm::CodeModel::Small);
-    engine.machines = std::make_shared<TargetMachinePool>(*builder);
+    // At CodeGenOptLevel::None the x86 backend selects instructions with FastISel and
+    // allocates registers with the fast allocator: the cheapest codegen LLVM has.
+    builder->setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
+    engine.fast_machines = std::make_unique<TargetMachinePool>(*builder);
+    builder->setCodeGenOptLevel(codegen_level(engine.opt_level));
+    engine.optimised_machines = std::make_unique<TargetMachinePool>(*builder);
     engine.log = std::make_shared<MaterialisationLog>();
 
     auto lljit = orc::LLJITBuilder()
@@ -417,7 +497,7 @@ Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, unsigned opt_leve
                      .setLinkProcessSymbolsByDefault(false)
                      .setPlatformSetUp(orc::setUpInactivePlatform)
                      .setObjectLinkingLayerCreator(
-                         [](orc::ExecutionSession& session, const llvm::Triple&)
+                         [log = engine.log](orc::ExecutionSession& session, const llvm::Triple&)
                              -> llvm::Expected<std::unique_ptr<orc::ObjectLayer>> {
                              auto memory = llvm::jitlink::InProcessMemoryManager::Create();
                              if (!memory) return memory.takeError();
@@ -426,13 +506,8 @@ Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, unsigned opt_leve
                              // kernel frames.
                              layer->addPlugin(std::make_unique<orc::EHFrameRegistrationPlugin>(
                                  session, std::make_unique<llvm::jitlink::InProcessEHFrameRegistrar>()));
-                             layer->addPlugin(std::make_unique<FailureAttribution>());
+                             layer->addPlugin(std::make_unique<LinkObserver>(log));
                              return layer;
-                         })
-                     .setCompileFunctionCreator(
-                         [machines = engine.machines, log = engine.log](orc::JITTargetMachineBuilder)
-                             -> llvm::Expected<std::unique_ptr<orc::IRCompileLayer::IRCompiler>> {
-                             return std::make_unique<TimedCompiler>(machines, log);
                          })
                      .create();
     if (!lljit) return fail_llvm(lljit.takeError(), "starting the JIT");

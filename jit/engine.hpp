@@ -21,11 +21,18 @@
 #include "allow_list.hpp"
 #include "jit.hpp"
 
+namespace llvm {
+class MemoryBuffer;
+}
 namespace llvm::orc {
 class JITDylib;
 }
 
 namespace bitship::jit {
+
+/// 0: the fast first compile (no IR passes, FastISel at CodeGenOptLevel::None); 1: host
+/// retargeting, the full pass pipeline and codegen at the configured opt level.
+enum class Tier : unsigned { fast = 0, optimised = 1 };
 
 /// What one successful compile made.
 struct CompiledParts {
@@ -33,21 +40,31 @@ struct CompiledParts {
     std::map<std::string, bs_entry_fn, std::less<>> entries; ///< the bundle's entries it defines
     CompileStats stats;
     std::vector<std::byte> bundle; ///< the single-slice bundle it was compiled from
+    std::vector<std::byte> object; ///< the object code linked, when asked to keep it
+    std::size_t code_bytes = 0;    ///< the linked segments' size, page-rounded
 };
 
 class Engine {
 public:
-    /// Starts the LLJIT; `opt_level` is 0..3. A unique_ptr: the caller makes it shared, so the
+    /// Starts the LLJIT; `opt_level` (0..3) is Tier::optimised's. A unique_ptr: the caller makes it shared, so the
     /// shared_ptr's control block comes from a file with RTTI (see above).
     static Result<std::unique_ptr<Engine>> start(AllowList allow, unsigned opt_level);
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
 
-    /// Checks, retargets, optimises, generates and links the slice of `bundle` whose hash is
-    /// `expected` (the steps and errors of Jit::compile). Thread-safe. On failure nothing of
-    /// the slice stays loaded.
-    Result<CompiledParts> compile(std::span<const std::byte> bundle, const CodeHash& expected);
+    /// Checks, retargets, optimises (at `tier`), generates and links the slice of `bundle`
+    /// whose hash is `expected` (the steps and errors of Jit::compile). Keeps a copy of the
+    /// object code in the result when `keep_object`. Thread-safe. On failure nothing of the
+    /// slice stays loaded.
+    Result<CompiledParts> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
+                                  bool keep_object = false);
+
+    /// Links `object` (made by compile() at Tier::optimised on this host, see object_file.hpp)
+    /// and resolves `entries`. `bundle` is the slice it came from, kept for forwarding.
+    /// compile_failed when the linker refuses it. Thread-safe.
+    Result<CompiledParts> link_object(std::span<const std::byte> object, const std::vector<std::string>& entries,
+                                      std::vector<std::byte> bundle, const CodeHash& hash);
 
     /// Compiles and unloads a small module made here, through the same path as compile(), so
     /// LLVM's one-time set-up (target, pass pipeline, code generator) is paid now, not by the
@@ -61,6 +78,8 @@ public:
 
 private:
     explicit Engine(std::unique_ptr<State> state);
+    Result<void> link(std::unique_ptr<llvm::MemoryBuffer> object, const std::vector<std::string>& entries,
+                      const std::string& hex, CompiledParts& parts);
     std::unique_ptr<State> state_;
 };
 

@@ -1,8 +1,12 @@
 // Jit: compiles each hash once, keeps the result in the code cache (memory, and disk when
-// configured), and hands out CompiledCode. The LLVM work itself is the Engine's (engine.cpp).
+// configured), and hands out CompiledCode. With two tiers a new hash is compiled fast and
+// served at once while TierUp compiles it fully optimised and swaps that in. The LLVM work
+// itself is the Engine's (engine.cpp).
 #include "jit.hpp"
 
+#include <cstdint>
 #include <future>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -12,12 +16,16 @@
 #include "allow_list.hpp"
 #include "code_cache.hpp"
 #include "engine.hpp"
+#include "object_file.hpp"
+#include "tier_up.hpp"
 
 namespace bitship::jit {
 namespace {
 
 constexpr unsigned kMaxOptLevel = 3;
+constexpr unsigned kMaxTiers = 2;
 constexpr std::size_t kHashDigitsInMessages = 16;
+constexpr unsigned kMibShift = 20;
 
 /// One compiled slice in its own JITDylib; the entries were resolved at compile time, so
 /// entry() never asks LLVM.
@@ -42,6 +50,7 @@ public:
     const CodeHash& hash() const override { return hash_; }
     const CompileStats& stats() const override { return parts_.stats; }
     const std::vector<std::byte>& bundle() const override { return parts_.bundle; }
+    std::size_t code_bytes() const override { return parts_.code_bytes; }
 
 private:
     std::shared_ptr<Engine> engine_;
@@ -51,38 +60,61 @@ private:
 
 using CodeResult = Result<std::shared_ptr<const CompiledCode>>;
 
+/// A compile's code, and its object code when that is to go to the disk cache.
+struct Built {
+    std::shared_ptr<const CompiledCode> code;
+    std::vector<std::byte> object;
+    std::vector<std::string> entries; ///< the entries that resolved: what a later link asks for
+};
+
+std::string describe(const CompileStats& s) {
+    return fmt::format("verify {:.2f} ms, parse {:.2f} ms, optimise {:.2f} ms, codegen {:.2f} ms, link {:.2f} ms",
+                       s.verify_ms, s.parse_ms, s.optimise_ms, s.codegen_ms, s.link_ms);
+}
+
 class JitImpl final : public Jit {
 public:
-    JitImpl(std::shared_ptr<Engine> engine, std::unique_ptr<CodeCache> cache)
-        : engine_(std::move(engine)), cache_(std::move(cache)) {}
+    JitImpl(std::shared_ptr<Engine> engine, std::unique_ptr<CodeCache> cache, const JitOptions& options)
+        : engine_(std::move(engine)), cache_(std::move(cache)), tiers_(options.tiers),
+          key_(ObjectKey::of_this_host(options.opt_level)) {
+        if (tiers_ > 1) tier_up_ = std::make_unique<TierUp>();
+    }
+
+    // The tier-up thread goes first: its jobs use the cache and the engine.
+    ~JitImpl() override { tier_up_.reset(); }
+    JitImpl(const JitImpl&) = delete;
+    JitImpl& operator=(const JitImpl&) = delete;
 
     CodeResult compile(std::span<const std::byte> bundle, const CodeHash& expected) override {
-        return compile_once(bundle, expected, false);
+        return compile_once(expected, [&]() -> CodeResult {
+            // A restarted agent that a client sends the code again: its object is still best.
+            if (auto code = from_object(expected)) return code;
+            return from_bundle(bundle, expected, false);
+        });
     }
 
     std::shared_ptr<const CompiledCode> find(const CodeHash& hash) const override { return cache_->find(hash); }
 
+    std::vector<CachedCodeInfo> cached() const override { return cache_->list(); }
+
+    bool evict(const CodeHash& hash) override { return cache_->evict(hash); }
+
+    void drain_tier_ups() override {
+        if (tier_up_) tier_up_->drain();
+    }
+
     bool on_disk(const CodeHash& hash) const override { return cache_->on_disk(hash); }
 
     CodeResult load(const CodeHash& hash) override {
-        if (auto code = cache_->find(hash)) return code;
-        auto bytes = cache_->read(hash);
-        if (!bytes) return tl::make_unexpected(bytes.error());
-        auto code = compile_once(*bytes, hash, true);
-        if (!code) {
-            // Whatever is wrong with the file (torn, tampered with, or code this agent no
-            // longer accepts), the client still has the bundle: drop the file and ask for it.
-            cache_->remove(hash);
-            return fail(Errc::code_missing, fmt::format("disk cache entry {} was unusable and is removed ({})",
-                                                        to_hex(hash, kHashDigitsInMessages), code.error().describe()));
-        }
-        return code;
+        return compile_once(hash, [&] { return from_disk(hash); });
     }
+
+    Result<void> warm_up() override { return engine_->warm_up(); }
 
 private:
     /// Compiles each hash once: a thread asking for a hash that another is compiling waits
-    /// for, and returns, that one's result.
-    CodeResult compile_once(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk) {
+    /// for, and returns, that one's result. `make` puts its code into the memory cache.
+    template <class Make> CodeResult compile_once(const CodeHash& expected, Make make) {
         if (auto code = cache_->find(expected)) return code;
         std::promise<CodeResult> promise;
         {
@@ -95,16 +127,16 @@ private:
             }
             in_flight_.emplace(expected, promise.get_future().share());
         }
-        CodeResult result = build(bundle, expected, from_disk);
-        if (result) {
-            // Into the memory cache before leaving in_flight_, so no thread finds neither.
-            result = cache_->insert(*result);
-            if (!from_disk && cache_->has_dir()) {
-                if (auto stored = cache_->store(expected, (*result)->bundle()); !stored)
-                    spdlog::warn("jit: slice {} not kept on disk: {}", to_hex(expected, kHashDigitsInMessages),
-                                 stored.error().describe());
+        CodeResult result = [&]() -> CodeResult {
+            try {
+                return make();
+            } catch (const std::exception& e) { // bad_alloc, mostly: an answer, not a dead agent
+                return fail(Errc::internal,
+                            fmt::format("compiling {}: {}", to_hex(expected, kHashDigitsInMessages), e.what()));
             }
-        }
+        }();
+        // The code went into the memory cache before leaving in_flight_, so no thread finds
+        // neither.
         {
             std::lock_guard lock(in_flight_mutex_);
             in_flight_.erase(expected);
@@ -113,24 +145,134 @@ private:
         return result;
     }
 
-    CodeResult build(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk) {
-        try {
-            auto parts = engine_->compile(bundle, expected);
-            if (!parts) return tl::make_unexpected(parts.error());
-            parts->stats.from_disk = from_disk;
-            return std::make_shared<CompiledSlice>(engine_, std::move(*parts), expected);
-        } catch (const std::exception& e) { // bad_alloc, mostly: an answer, not a dead agent
-            return fail(Errc::internal,
-                        fmt::format("compiling {}: {}", to_hex(expected, kHashDigitsInMessages), e.what()));
+    /// The first compile of a hash: tier 0 with tier 1 queued behind it, or tier 1 at once.
+    CodeResult from_bundle(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk) {
+        const Tier tier = tier_up_ ? Tier::fast : Tier::optimised;
+        auto built = build(bundle, expected, tier, from_disk);
+        if (!built) return tl::make_unexpected(built.error());
+        auto code = cache_->insert(built->code);
+        if (!from_disk) keep_on_disk(expected, DiskFile::bundle, code->bundle());
+        if (tier == Tier::optimised) {
+            keep_object(expected, *built);
+        } else {
+            tier_up_->post(expected, [this, expected, slice = code->bundle(), from_disk] {
+                optimise_in_background(slice, expected, from_disk);
+            });
         }
+        return code;
     }
 
-    Result<void> warm_up() override { return engine_->warm_up(); }
+    /// A restarted agent's way in: the object made for this host if there is one, else the
+    /// bundle, compiled again.
+    CodeResult from_disk(const CodeHash& hash) {
+        const std::string hex = to_hex(hash, kHashDigitsInMessages);
+        if (auto code = from_object(hash)) return code;
+        auto bytes = cache_->read(hash, DiskFile::bundle);
+        if (!bytes) return tl::make_unexpected(bytes.error());
+        auto code = from_bundle(*bytes, hash, true);
+        if (!code) {
+            // Whatever is wrong with the file (torn, tampered with, or code this agent no
+            // longer accepts), the client still has the bundle: drop the file and ask for it.
+            cache_->remove(hash);
+            return fail(Errc::code_missing, fmt::format("disk cache entry {} was unusable and is removed ({})", hex,
+                                                        code.error().describe()));
+        }
+        return code;
+    }
+
+    /// The disk cache's object for `hash` linked and cached, or nullptr when there is none or
+    /// it is refused (then it is removed: the bundle makes a new one).
+    std::shared_ptr<const CompiledCode> from_object(const CodeHash& hash) {
+        if (!cache_->on_disk(hash, DiskFile::object)) return nullptr;
+        auto linked = link_cached_object(hash);
+        if (linked) return cache_->insert(*linked);
+        // Made by another LLVM or for another CPU, torn, or refused by the linker: the
+        // bundle is still there, so the object is replaced, not trusted.
+        spdlog::warn("jit: disk cache object {} refused ({}); compiling its bundle again",
+                     to_hex(hash, kHashDigitsInMessages), linked.error().describe());
+        cache_->remove(hash, DiskFile::object);
+        return nullptr;
+    }
+
+    CodeResult link_cached_object(const CodeHash& hash) {
+        auto bytes = cache_->read(hash, DiskFile::object);
+        if (!bytes) return tl::make_unexpected(bytes.error());
+        auto file = decode_object_file(*bytes);
+        if (!file) return tl::make_unexpected(file.error());
+        if (file->hash != hash) return fail(Errc::malformed_bundle, "it holds the code of another hash");
+        if (file->key != key_)
+            return fail(Errc::malformed_bundle,
+                        fmt::format("made by LLVM {} for {} {} at O{}; this agent is LLVM {} on {} {} at O{}{}",
+                                    file->key.llvm, file->key.triple, file->key.cpu, file->key.opt_level, key_.llvm,
+                                    key_.triple, key_.cpu, key_.opt_level,
+                                    file->key.features == key_.features ? "" : ", other CPU features"));
+        // The bundle travels on to peers, so it must be whole: its slice hashes are checked,
+        // never its bitcode parsed.
+        auto bundle = cache_->read(hash, DiskFile::bundle);
+        if (!bundle) return tl::make_unexpected(bundle.error());
+        auto view = BundleView::parse(*bundle);
+        if (!view) return tl::make_unexpected(view.error());
+        if (view->slices.size() != 1 || view->slices.front().hash != hash)
+            return fail(Errc::malformed_bundle, "its bundle file does not hold exactly that slice");
+        auto parts = engine_->link_object(file->object, file->entries, std::move(*bundle), hash);
+        if (!parts) return tl::make_unexpected(parts.error());
+        return std::make_shared<CompiledSlice>(engine_, std::move(*parts), hash);
+    }
+
+    /// The tier-up job: compiles `slice` at tier 1 and swaps it in. Nothing to do when the hash
+    /// is already optimised or was evicted meanwhile (a later first call starts over: many
+    /// distinct kernels under a small cap cost no optimiser time). Tier 0 keeps serving if
+    /// this fails.
+    void optimise_in_background(const std::vector<std::byte>& slice, const CodeHash& hash, bool from_disk) {
+        const std::string hex = to_hex(hash, kHashDigitsInMessages);
+        if (auto held = cache_->tier_of(hash); !held || *held >= static_cast<unsigned>(Tier::optimised)) return;
+        auto built = build(slice, hash, Tier::optimised, from_disk);
+        if (!built) {
+            spdlog::warn("jit: tier 1 of {} failed, tier 0 keeps serving: {}", hex, built.error().describe());
+            return;
+        }
+        const bool swapped = cache_->upgrade(built->code);
+        spdlog::info("jit: optimised {} (tier 1, {}){}", hex, describe(built->code->stats()),
+                     swapped ? "" : "; evicted meanwhile, not swapped in");
+        keep_object(hash, *built);
+    }
+
+    Result<Built> build(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier, bool from_disk) {
+        const bool keep = tier == Tier::optimised && cache_->has_dir();
+        auto parts = engine_->compile(bundle, expected, tier, keep);
+        if (!parts) return tl::make_unexpected(parts.error());
+        parts->stats.from_disk = from_disk;
+        Built out;
+        out.object = std::move(parts->object);
+        for (const auto& [name, fn] : parts->entries) out.entries.push_back(name);
+        out.code = std::make_shared<CompiledSlice>(engine_, std::move(*parts), expected);
+        return out;
+    }
+
+    void keep_object(const CodeHash& hash, const Built& built) {
+        if (built.object.empty() || !cache_->has_dir()) return;
+        ObjectFile file;
+        file.key = key_;
+        file.hash = hash;
+        file.entries = built.entries;
+        file.object = built.object;
+        keep_on_disk(hash, DiskFile::object, encode_object_file(file));
+    }
+
+    void keep_on_disk(const CodeHash& hash, DiskFile kind, std::span<const std::byte> bytes) {
+        if (!cache_->has_dir()) return;
+        if (auto stored = cache_->store(hash, kind, bytes); !stored)
+            spdlog::warn("jit: {} {} not kept on disk: {}", kind == DiskFile::bundle ? "slice" : "object of",
+                         to_hex(hash, kHashDigitsInMessages), stored.error().describe());
+    }
 
     std::shared_ptr<Engine> engine_; // declared before cache_: cached code unloads through it
     std::unique_ptr<CodeCache> cache_;
+    const unsigned tiers_;
+    const ObjectKey key_; // what this agent's objects are made for
     std::mutex in_flight_mutex_;
     std::map<CodeHash, std::shared_future<CodeResult>> in_flight_;
+    std::unique_ptr<TierUp> tier_up_; // null with one tier
 };
 
 } // namespace
@@ -138,13 +280,18 @@ private:
 Result<std::unique_ptr<Jit>> Jit::create(JitOptions options) {
     if (options.opt_level > kMaxOptLevel)
         return fail(Errc::invalid_argument, fmt::format("opt_level {} (must be 0..{})", options.opt_level, kMaxOptLevel));
+    if (options.tiers < 1 || options.tiers > kMaxTiers)
+        return fail(Errc::invalid_argument, fmt::format("tiers {} (must be 1 or {})", options.tiers, kMaxTiers));
+    constexpr std::size_t kMaxMib = std::numeric_limits<std::size_t>::max() >> kMibShift;
+    if (options.cache_mib > kMaxMib || options.cache_disk_mib > kMaxMib)
+        return fail(Errc::invalid_argument, "cache size over the address space");
     auto allow = AllowList::make(options.exports);
     if (!allow) return tl::make_unexpected(allow.error());
-    auto cache = CodeCache::open(options.cache_dir);
+    auto cache = CodeCache::open(options.cache_dir, options.cache_mib << kMibShift, options.cache_disk_mib << kMibShift);
     if (!cache) return tl::make_unexpected(cache.error());
     auto engine = Engine::start(std::move(*allow), options.opt_level);
     if (!engine) return tl::make_unexpected(engine.error());
-    return std::unique_ptr<Jit>(new JitImpl(std::shared_ptr<Engine>(std::move(*engine)), std::move(*cache)));
+    return std::unique_ptr<Jit>(new JitImpl(std::shared_ptr<Engine>(std::move(*engine)), std::move(*cache), options));
 }
 
 } // namespace bitship::jit

@@ -3,6 +3,7 @@
 // against an allow-list only, and keeps the result in a content-addressed cache (memory + disk).
 // No LLVM type appears here: jit/ converts llvm::Error to bitship::Error at its boundary.
 
+#include <chrono>
 #include <cstddef>
 #include <filesystem>
 #include <memory>
@@ -43,8 +44,18 @@ struct JitOptions {
     std::vector<Export> exports;
     /// 0..3: the optimisation level of the compile.
     unsigned opt_level = 2;
-    /// Where compiled slices are kept across restarts; empty keeps them in memory only.
+    /// Where compiled slices are kept across restarts (the bundle, and the optimised object
+    /// code for this host); empty keeps them in memory only.
     std::filesystem::path cache_dir;
+    /// 2: a new hash is first compiled fast (tier 0) and runs at once, while the full
+    /// optimisation at `opt_level` (tier 1) runs on a background thread and is swapped in for
+    /// later calls. 1: every compile is the full one, on the caller's thread.
+    unsigned tiers = 2;
+    /// Caps the compiled code held in memory, MiB (least recently used evicted first, never
+    /// code a call holds); 0: unbounded.
+    std::size_t cache_mib = 0;
+    /// Caps the files in `cache_dir`, MiB (least recently used evicted first); 0: unbounded.
+    std::size_t cache_disk_mib = 0;
 };
 
 /// Where a compile spent its time, in milliseconds.
@@ -55,6 +66,8 @@ struct CompileStats {
     double codegen_ms = 0;  ///< IR → object code
     double link_ms = 0;     ///< JIT linking, symbol resolution, entry lookups
     bool from_disk = false; ///< the slice came from the disk cache, not the wire
+    bool from_object = false; ///< loaded as object code from the disk cache: no parse, optimise or codegen
+    unsigned tier = 0;        ///< 0: the fast first compile; 1: fully optimised
     [[nodiscard]] double total_ms() const { return verify_ms + parse_ms + optimise_ms + codegen_ms + link_ms; }
 };
 
@@ -69,6 +82,19 @@ public:
     [[nodiscard]] virtual const CompileStats& stats() const = 0;
     /// The single-slice bundle this was compiled from: what an agent forwards to a peer.
     [[nodiscard]] virtual const std::vector<std::byte>& bundle() const = 0;
+    /// The memory its code and data occupy, bytes (the JIT linker's segments, page-rounded).
+    [[nodiscard]] virtual std::size_t code_bytes() const = 0;
+};
+
+/// One entry of the in-memory code cache, as an operator sees it (Jit::cached()).
+struct CachedCodeInfo {
+    CodeHash hash{};
+    std::size_t code_bytes = 0; ///< see CompiledCode::code_bytes
+    std::size_t disk_bytes = 0; ///< its bundle and object files in the disk cache (0: none)
+    unsigned tier = 0;          ///< 0: fast first compile; 1: fully optimised
+    std::chrono::steady_clock::time_point last_use; ///< last find() or compile (a few ms coarse)
+    bool in_use = false;        ///< held outside the cache when listed (e.g. by a running call)
+    CompileStats stats;         ///< how the held tier was made
 };
 
 /// Thread-safe: several worker threads may compile at once; lookups are cheap.
@@ -78,23 +104,39 @@ public:
     virtual ~Jit() = default;
 
     /// Compiles `bundle` (usually holding just the slice for this host) and caches it under
-    /// `expected`. Errors: malformed_bundle (also: no slice hashes to `expected`),
-    /// no_matching_slice (names the bundle's triples and this host's), producer_too_new (names
+    /// `expected`: at tier 0 when tiering is on (tier 1 follows in the background). Errors:
+    /// malformed_bundle (also: no slice hashes to `expected`), no_matching_slice (names the bundle's triples and this host's), producer_too_new (names
     /// both versions), invalid_bitcode, unresolved_symbol (names every missing symbol),
     /// compile_failed. Compiling a hash already cached returns the cached code.
     virtual Result<std::shared_ptr<const CompiledCode>> compile(std::span<const std::byte> bundle,
                                                                const CodeHash& expected) = 0;
 
-    /// The cached code for `hash` from memory, or nullptr. Never touches the disk.
+    /// The best cached code for `hash` from memory (tier 1 once it is ready), or nullptr.
+    /// Never touches the disk; a shared lock and a map lookup. Code a caller holds stays
+    /// loaded however the cache changes meanwhile (tier swap, eviction).
     [[nodiscard]] virtual std::shared_ptr<const CompiledCode> find(const CodeHash& hash) const = 0;
+
+    /// Every entry of the memory cache, least recently used first.
+    [[nodiscard]] virtual std::vector<CachedCodeInfo> cached() const = 0;
+
+    /// Drops the cache's reference to `hash` (memory only; the disk copy stays). Code a caller
+    /// still holds is freed when the last holder lets go. False when `hash` was not cached.
+    virtual bool evict(const CodeHash& hash) = 0;
+
+    /// Blocks until every background tier-1 compile queued so far has finished (tests and
+    /// benchmarks that want the steady state).
+    virtual void drain_tier_ups() = 0;
 
     /// Whether the disk cache holds `hash` (one stat call).
     [[nodiscard]] virtual bool on_disk(const CodeHash& hash) const = 0;
 
-    /// Compiles `hash` from the disk cache (stats().from_disk is set), or code_missing.
+    /// Loads `hash` from the disk cache: the optimised object straight into the linker when one
+    /// made for this LLVM, CPU, features and opt level is there (stats().from_object), else
+    /// compiles the kept bundle (stats().from_disk); an object made for anything else is
+    /// removed and replaced. code_missing when the bundle is absent or unusable.
     virtual Result<std::shared_ptr<const CompiledCode>> load(const CodeHash& hash) = 0;
 
-    /// Pays LLVM's one-time set-up now (a throwaway compile) so the first shipped kernel does
+    /// Pays LLVM's one-time set-up now (a throwaway compile at each tier) so the first shipped kernel does
     /// not. Takes a few milliseconds; an agent calls it once at start.
     virtual Result<void> warm_up() = 0;
 };

@@ -175,7 +175,7 @@ TEST_CASE("xctl stats --json counts exactly the calls and errors a client saw", 
     CHECK((*mine)["errors"]["entry_not_found"] == kMissing);
 }
 
-TEST_CASE("xctl info says what the agent is, ping answers, cache control says it is not built yet", "[integration]") {
+TEST_CASE("xctl info says what the agent is, ping answers, cache list and evict reach the JIT", "[integration]") {
     AgentProcess agent("tcp", {"--workers", "1"});
     auto info = xctl_json(agent, "info");
     INFO(info.dump(2));
@@ -194,11 +194,29 @@ TEST_CASE("xctl info says what the agent is, ping answers, cache control says it
     CHECK(ping["ok"] == true);
     CHECK(ping["pings"] == 5);
 
-    auto cache = xctl_json(agent, "cache list");
-    CHECK(cache["ok"] == false);
-    CHECK(cache["exit_status"] == 1);
-    CHECK(cache["error"]["code"] == "unknown_message");
-    CHECK_THAT(cache["error"]["message"].get<std::string>(), Catch::Contains("not built in"));
+    auto empty = xctl_json(agent, "cache list");
+    INFO(empty.dump(2));
+    REQUIRE(empty["ok"] == true);
+    CHECK(empty["cache"].empty());
+    {
+        auto client = make_client();
+        auto target = client.connect(agent.address());
+        REQUIRE(target);
+        REQUIRE(client.ship(behaviour_kernels::add, *target, std::uint64_t{1}, std::uint64_t{2}).get());
+    }
+    auto one = xctl_json(agent, "cache list");
+    INFO(one.dump(2));
+    REQUIRE(one["ok"] == true);
+    REQUIRE(one["cache"].size() == 1);
+    CHECK(one["cache"][0]["memory_bytes"].get<std::uint64_t>() > 0);
+    CHECK(one["cache"][0]["disk_bytes"] == 0); // no --cache-dir
+    const auto hash = one["cache"][0]["hash"].get<std::string>();
+    auto evicted = xctl_json(agent, "cache evict " + hash);
+    INFO(evicted.dump(2));
+    CHECK(evicted["ok"] == true);
+    CHECK(evicted["done"] == true);
+    CHECK(xctl_json(agent, "cache list")["cache"].empty());
+    CHECK(xctl_json(agent, "cache evict " + hash)["done"] == false);
 
     auto bad = run(fmt::format("{} --agent {} --loopback cache evict 12ab 2>&1", BITSHIP_XCTL, agent.address()));
     CHECK(bad.status == 2);
