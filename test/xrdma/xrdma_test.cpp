@@ -17,6 +17,7 @@
 #include <xrdma_test_kernels.hpp>
 
 #include "chase.hpp"
+#include "core/wire.hpp"
 #include "launcher.hpp"
 
 using namespace bitship;
@@ -134,6 +135,49 @@ TEST_CASE("a kernel hands the call to another kernel of its bundle on a peer (bs
     CHECK(out[1] == 0); // ... handed over by peer 0
     CHECK(counters(cluster.client, cluster.targets[1])["results"] == 1);
     CHECK(counters(cluster.client, cluster.targets[0])["results"] == 0);
+}
+
+TEST_CASE("code evicted from a peer travels again between agents by NEED_CODE", "[integration]") {
+    auto cluster = start_cluster("tcp", 2);
+    ShipOptions options;
+    options.peers = cluster.targets;
+    auto hand_over = [&] {
+        auto r = cluster.client.ship(xrdma_test_kernels::hand_over, cluster.targets[0], options).get();
+        REQUIRE(r);
+        REQUIRE(r->size() == 16);
+        std::uint64_t out[2];
+        std::memcpy(out, r->data(), sizeof out);
+        CHECK(out[0] == 1);
+        CHECK(out[1] == 0);
+    };
+    hand_over(); // agent 0 sent the code on to agent 1 with the first forward
+    CHECK(counters(cluster.client, cluster.targets[0])["code_forwarded"] == 1);
+
+    // The operator evicts everything agent 1 compiled (xctl cache evict, through the client).
+    auto listed = cluster.client.control(cluster.targets[1], static_cast<std::uint8_t>(wire::Type::cache_list), {});
+    REQUIRE(listed);
+    wire::Header h;
+    h.type = wire::Type::cache_list_reply;
+    h.payload_size = static_cast<std::uint32_t>(listed->size());
+    auto list = wire::decode(h, *listed);
+    REQUIRE(list);
+    const auto& entries = std::get<wire::CacheList>(list->body).entries;
+    REQUIRE_FALSE(entries.empty());
+    for (const auto& e : entries) {
+        auto evict = wire::encode_cache_evict(0, e.hash);
+        REQUIRE(cluster.client.control(cluster.targets[1], static_cast<std::uint8_t>(wire::Type::cache_evict),
+                                       std::move(evict.payload)));
+    }
+
+    // Agent 0 still believes agent 1 holds the code and forwards the hash alone; agent 1 asks
+    // it (not the client) for the code, and the call still answers correctly.
+    hand_over();
+    auto a0 = counters(cluster.client, cluster.targets[0]);
+    auto a1 = counters(cluster.client, cluster.targets[1]);
+    CHECK(a1["need_code_sent"] == 1);
+    CHECK(a0["code_forwarded"] == 2);
+    CHECK(cluster.client.stats().need_code_received == 0);
+    CHECK(a1["results"] == 2);
 }
 
 TEST_CASE("a peer that dies with a forwarded call fails the caller's future at once", "[integration]") {
