@@ -25,8 +25,11 @@ BS_KERNEL(xor_bytes) {
     bs_reply(ctx, &x, sizeof x);
 }
 
-/* Answers `n` bytes (its 8-byte argument), each its offset's low byte: a bulk result. The
- * bytes are made once, so a call costs the reply itself. */
+/* Answers `n` bytes (its 8-byte argument, at most 16 MiB), each its offset's low byte: a bulk
+ * result. The bytes are made once, on the first call, in memory from malloc (a static array
+ * would make every compiled copy of this bundle 16 MiB larger). */
+#define MAKE_BYTES_MAX (16u << 20)
+void* malloc(size_t);
 BS_KERNEL(make_bytes) {
     size_t len;
     const uint64_t* n = (const uint64_t*)bs_args(ctx, &len);
@@ -34,11 +37,15 @@ BS_KERNEL(make_bytes) {
         bs_fail(ctx, 1, "make_bytes: expected one uint64_t");
         return;
     }
-    static unsigned char buf[16u << 20];
-    static int made;
-    if (!made) {
-        for (uint64_t i = 0; i < sizeof buf; ++i) buf[i] = (unsigned char)i;
-        made = 1;
+    static unsigned char* buf;
+    if (!buf) {
+        unsigned char* b = (unsigned char*)malloc(MAKE_BYTES_MAX);
+        if (!b) {
+            bs_fail(ctx, 2, "make_bytes: out of memory");
+            return;
+        }
+        for (uint64_t i = 0; i < MAKE_BYTES_MAX; ++i) b[i] = (unsigned char)i;
+        buf = b;
     }
-    bs_reply(ctx, buf, *n < sizeof buf ? *n : sizeof buf);
+    bs_reply(ctx, buf, *n < MAKE_BYTES_MAX ? *n : MAKE_BYTES_MAX);
 }
