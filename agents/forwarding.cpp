@@ -54,7 +54,7 @@ void Agent::Impl::forward(const RunRequest& r, const std::shared_ptr<const jit::
     counters.forwards.fetch_add(1, std::memory_order_relaxed);
     auto address = std::string(r.run.peers[f.peer]);
     auto& link = link_to(address);
-    Forwarded fw{address, r.run.hash, wire::encode_run(id, next), Clock::now()};
+    Forwarded fw{address, r.run.hash, wire::encode_run(id, next), Clock::now(), nullptr};
     remember(id, std::move(fw), code);
     if (!link.welcomed) {
         if (link.queued.size() >= kMaxQueuedPerLink) {
