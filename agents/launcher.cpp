@@ -1,3 +1,4 @@
+#include <sys/prctl.h>
 #include "launcher.hpp"
 
 #include <arpa/inet.h>
@@ -78,9 +79,14 @@ AgentProcess::AgentProcess(const AgentProgram& program, std::string transport, s
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
+    const pid_t parent = getpid();
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {
+        // A test or benchmark killed before it tears its agents down takes them with it
+        // (otherwise a spinning agent outlives it and takes a core).
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(127);
         int log = open(log_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (log >= 0) {
             dup2(log, STDOUT_FILENO);
