@@ -33,6 +33,7 @@ std::string_view to_string(Errc code) noexcept {
     case Errc::hop_budget_exceeded: return "hop_budget_exceeded";
     case Errc::region_not_found: return "region_not_found";
     case Errc::out_of_bounds: return "out_of_bounds";
+    case Errc::policy_violation: return "policy_violation";
     }
     return "unknown_error";
 }

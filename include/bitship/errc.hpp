@@ -40,10 +40,11 @@ enum class Errc : std::uint32_t {
     hop_budget_exceeded = 24, ///< a forwarding kernel ran out of hops
     region_not_found = 25,    ///< no memory region of that name on the agent
     out_of_bounds = 26,       ///< an address or range outside every region
+    policy_violation = 27,    ///< the kernel's code breaks the agent's code policy (asm, ctors, ...)
 };
 
 /// The highest code this build knows; newer codes from a peer decode as Errc::internal.
-inline constexpr Errc kLastErrc = Errc::out_of_bounds;
+inline constexpr Errc kLastErrc = Errc::policy_violation;
 
 /// The stable, lower-case name of a code (`"unresolved_symbol"`).
 std::string_view to_string(Errc code) noexcept;

@@ -263,12 +263,31 @@ TEST_CASE("corrupt bitcode is invalid_bitcode, never a crash", "[unit]") {
             auto code = j->compile(bundle.bytes, bundle.hash);
             if (!code) {
                 INFO("flip at " << at << ": " << code.error().describe());
-                CHECK((code.error().code == Errc::invalid_bitcode || code.error().code == Errc::unresolved_symbol));
+                CHECK((code.error().code == Errc::invalid_bitcode || code.error().code == Errc::unresolved_symbol ||
+                       code.error().code == Errc::policy_violation));
                 invalid += code.error().code == Errc::invalid_bitcode;
             }
         }
         CHECK(invalid > 0);
     }
+}
+
+TEST_CASE("the code policy refuses asm, constructors, thread-locals and aliases before code generation, naming the rule",
+          "[unit]") {
+    auto j = make_jit();
+    const std::pair<int, const char*> cases[] = {{1, "no-inline-asm"}, {2, "no-module-asm"}, {3, "no-appending-global"},
+                                                 {4, "no-thread-local"}, {5, "no-alias"}};
+    for (auto [n, rule] : cases) {
+        INFO("case " << n << ", rule " << rule);
+        auto bundle = kernel_bundle("policy_" + std::to_string(n), {"bad"});
+        auto code = j->compile(bundle.bytes, bundle.hash);
+        REQUIRE_FALSE(code);
+        CHECK(code.error().code == Errc::policy_violation);
+        CHECK_THAT(code.error().message, Catch::Contains(rule));
+    }
+    // And the JIT goes on compiling good code.
+    auto good = kernel_bundle("add", {"add"});
+    REQUIRE(j->compile(good.bytes, good.hash));
 }
 
 TEST_CASE("a bundle without the slice asked for is malformed_bundle", "[unit]") {

@@ -1,0 +1,27 @@
+/* Kernels the code policy refuses, one construct each (chosen with -DCASE=n). Each is what a
+ * careless or hostile author might ship; none may reach LLVM's code generator. */
+#include <bitship/kernel.h>
+
+#if CASE == 1 /* inline assembly: once aborted the agent (no asm parser initialised) */
+BS_KERNEL(bad) {
+    uint64_t x = 0;
+    __asm__ volatile("nop" : "+r"(x));
+    bs_reply(ctx, &x, sizeof x);
+}
+#elif CASE == 2 /* module-level assembly */
+__asm__(".globl stray\nstray: ret");
+BS_KERNEL(bad) { bs_reply(ctx, 0, 0); }
+#elif CASE == 3 /* a constructor: would run when the code is linked, before any call */
+static int ran;
+__attribute__((constructor)) static void init(void) { ran = 1; }
+BS_KERNEL(bad) { bs_reply(ctx, &ran, sizeof ran); }
+#elif CASE == 4 /* a thread-local */
+static __thread uint64_t calls;
+BS_KERNEL(bad) {
+    ++calls;
+    bs_reply(ctx, &calls, sizeof calls);
+}
+#elif CASE == 5 /* an alias */
+BS_KERNEL(bad) { bs_reply(ctx, 0, 0); }
+extern void bad_alias(bs_ctx*) __attribute__((alias("bad")));
+#endif
