@@ -3,7 +3,9 @@
 #include <thread>
 
 #include <fmt/format.h>
+#if BITSHIP_HAVE_HTTPLIB
 #include <httplib.h>
+#endif
 #include <spdlog/spdlog.h>
 
 #include "agent.hpp"
@@ -120,6 +122,7 @@ std::string render_prometheus(const Agent& agent) {
     return std::move(w.out);
 }
 
+#if BITSHIP_HAVE_HTTPLIB
 struct MetricsServer::Impl {
     httplib::Server server;
     std::thread thread;
@@ -153,5 +156,21 @@ MetricsServer::~MetricsServer() {
     impl_->server.stop();
     if (impl_->thread.joinable()) impl_->thread.join();
 }
+
+#else
+// Built without cpp-httplib (the aarch64 cross build: Debian has no arm64 .pc for it beside the
+// amd64 one): --metrics is refused at start, saying why.
+struct MetricsServer::Impl {};
+
+Result<std::unique_ptr<MetricsServer>> MetricsServer::start(const std::string& host, std::uint16_t port,
+                                                            std::function<std::string()>) {
+    return fail(Errc::invalid_argument, fmt::format("--metrics {}:{}: this xagent was built without the metrics endpoint "
+                                                    "(cpp-httplib was not found when it was built)",
+                                                    host, port));
+}
+
+MetricsServer::MetricsServer(std::unique_ptr<Impl> impl, std::uint16_t port) : impl_(std::move(impl)), port_(port) {}
+MetricsServer::~MetricsServer() = default;
+#endif
 
 } // namespace bitship::agent

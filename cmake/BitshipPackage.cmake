@@ -24,7 +24,9 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/bitshipConfig.cmake ${CMAKE_CURRENT_BI
   DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/bitship)
 
 # --- The operator's side: xctl, a pkg-config file, the systemd unit and its config file ---
-install(TARGETS xctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET xctl) # not in the agent-only (cross) build
+  install(TARGETS xctl RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+endif()
 file(RELATIVE_PATH BITSHIP_PC_TO_PREFIX "/${CMAKE_INSTALL_LIBDIR}/pkgconfig" "/")
 string(REGEX REPLACE "/$" "" BITSHIP_PC_TO_PREFIX "${BITSHIP_PC_TO_PREFIX}")
 configure_file(${PROJECT_SOURCE_DIR}/packaging/bitship.pc.in ${CMAKE_CURRENT_BINARY_DIR}/bitship.pc @ONLY)
