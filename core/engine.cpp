@@ -757,8 +757,9 @@ void Engine::wait_for_handoff(const std::function<bool()>& done, Clock::time_poi
 void Engine::run_released(const std::function<void()>& fn) {
     // guest_leading_ always describes whoever holds the token: not us while we run.
     bool was_leading = guest_leading_.exchange(false, std::memory_order_relaxed);
+    // No wake-up of a deeply waiting engine thread: most kernels take microseconds, and waking
+    // it costs the call more than the kernel. It looks at least every kDeepWait.
     guest_busy_.store(true, std::memory_order_seq_cst);
-    wake_watch();
     token_.unlock();
     fn();
     guest_busy_.store(false, std::memory_order_release);
@@ -805,8 +806,8 @@ void Engine::run() {
         {
             std::unique_lock lock(guest_mutex_);
             // Nothing to watch (no kernel running, none released): sleep until a guest leaves, a
-            // kernel starts (wake_watch) or kDeepWait passes, so an idle agent whose worker
-            // sleeps as the leader costs no wake-ups. deep_wait_ is set before the check; a
+            // queued kernel starts (wake_watch) or kDeepWait passes, so an idle agent whose
+            // worker sleeps as the leader wakes a few times a second instead of 200. deep_wait_ is set before the check; a
             // kernel publishes itself before it reads deep_wait_ (both sequentially consistent).
             deep_wait_.store(true, std::memory_order_seq_cst);
             bool watching = hooks_.watch_needed ? hooks_.watch_needed() : static_cast<bool>(hooks_.on_watch);

@@ -81,8 +81,10 @@ public:
     static constexpr auto kHandoffCheck = std::chrono::milliseconds(1);
     /// The engine's thread naps this long while it holds progress for a guest's long kernel.
     static constexpr int kTakeoverNapMs = 1;
-    /// The longest the engine's thread sleeps while a guest leads and nothing is watched.
-    static constexpr auto kDeepWait = std::chrono::seconds(10);
+    /// The longest the engine's thread sleeps while a guest leads and nothing is watched: also
+    /// how late a kernel run on the leading worker may be seen by the watchdog or have progress
+    /// taken over.
+    static constexpr auto kDeepWait = std::chrono::milliseconds(50);
 
     static Result<std::unique_ptr<Engine>> create(const EngineOptions& options, EngineHooks hooks);
     ~Engine();
@@ -119,7 +121,8 @@ public:
     /// atomic load when none sleeps. Any thread.
     void notify_waiters();
     /// Called by a leading guest from inside a hook: runs `fn` (a kernel) with the token
-    /// released; if it runs longer than kTakeover, the engine's thread progresses meanwhile.
+    /// released; if it runs long, the engine's thread progresses meanwhile (within kTakeover, or
+    /// kDeepWait when it was waiting deeply).
     void run_released(const std::function<void()>& fn);
     /// Something to watch began (a kernel started): the engine's thread, if in a deep sleep,
     /// resumes its kTakeover watch. One atomic load when it is not asleep. Any thread.
