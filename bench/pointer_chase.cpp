@@ -143,7 +143,7 @@ int main(int argc, char** argv) {
     const std::uint64_t nodes = 1ull << cfg.log2_nodes;
     fmt::print("pointer_chase: {} | progress {} (client and agents) | each agent: 1 progress + 1 worker thread;\n"
                "  all processes share the machine's cores (no pinning) | 2^{} nodes/agent ({} MiB region), random sharding, seed {}\n"
-               "  strategies take turns from the same fresh random start each rep; {}..{} reps or {:.2f} s of chasing per row;\n"
+               "  strategies take turns, each from a fresh random start of its own; {}..{} reps or {:.2f} s of chasing per row;\n"
                "  every answer checked against a local walk\n\n",
                bench::cpu_description(), cfg.progress, cfg.log2_nodes, nodes * 16 >> 20, cfg.seed, cfg.min_reps, cfg.max_reps,
                cfg.row_seconds);
@@ -163,14 +163,16 @@ int main(int argc, char** argv) {
                 // Warm: the shipped kernel's code is on every agent before timing (cold is below).
                 for (auto st : strategies) timed_chase(*setup.chase, list, st, random_start(rng, list), 64);
                 for (auto depth : cfg.depths) {
-                    // The strategies take turns, one chase each, from the same random start: they
-                    // see the same machine, the same caches, the same neighbours.
+                    // The strategies take turns, one chase each, each from a fresh random start of
+                    // its own: they see the same machine and neighbours, and none walks a path
+                    // another has just pulled into the cache and TLB (with one start for all,
+                    // the last strategy of each rep found its 1024 nodes warm).
                     std::vector<double> samples[3];
                     std::vector<double> spent(3, 0.0);
                     for (int rep = 0;; ++rep) {
                         bool more = false;
-                        auto start = random_start(rng, list);
                         for (int i = 0; i < 3; ++i) {
+                            auto start = random_start(rng, list);
                             bool want = rep < cfg.min_reps || (rep < cfg.max_reps && spent[i] < cfg.row_seconds * 1e6);
                             if (!want) continue;
                             samples[i].push_back(timed_chase(*setup.chase, list, strategies[i], start, depth));
