@@ -622,10 +622,18 @@ bool Engine::sleep_until_event(std::unique_lock<std::mutex>& token, bool release
     // The engine's own thread sleeps without the token, so a caller that wants to lead takes it
     // at once instead of waking this thread and waiting for it to let go.
     if (release_token) token.unlock();
+    else guest_asleep_.store(true, std::memory_order_seq_cst);
     while (::poll(&pfd, 1, timeout_ms) < 0 && errno == EINTR) {
     }
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     if (release_token) return token.try_lock();
+    // A leading guest woke: an engine thread waiting without a timeout for it resumes its watch
+    // (this costs only calls after an idle spell, which pay a wake-up anyway).
+    guest_asleep_.store(false, std::memory_order_seq_cst);
+    if (deep_wait_.load(std::memory_order_seq_cst)) {
+        std::lock_guard lock(guest_mutex_);
+        guest_cv_.notify_all();
+    }
     return true;
 }
 
@@ -812,10 +820,15 @@ void Engine::run() {
             deep_wait_.store(true, std::memory_order_seq_cst);
             bool watching = hooks_.watch_needed ? hooks_.watch_needed() : static_cast<bool>(hooks_.on_watch);
             if (!watching && !guest_busy_.load(std::memory_order_seq_cst)) {
-                guest_cv_.wait_for(lock, kDeepWait, [&] {
+                auto wake = [&] {
                     return guests_.load(std::memory_order_seq_cst) == 0 || stopping_.load() || watch_wanted_.exchange(false) ||
                            guest_busy_.load(std::memory_order_seq_cst);
-                });
+                };
+                // The leader asleep on the event fd runs nothing: no timeout until it wakes.
+                if (guest_asleep_.load(std::memory_order_seq_cst))
+                    guest_cv_.wait(lock, [&] { return wake() || !guest_asleep_.load(std::memory_order_seq_cst); });
+                else
+                    guest_cv_.wait_for(lock, kDeepWait, wake);
             } else {
                 guest_cv_.wait_for(lock, kTakeover);
             }

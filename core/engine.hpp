@@ -247,6 +247,7 @@ private:
     std::atomic<bool> guest_leading_{false}; ///< a guest holds the token and progresses
     std::atomic<bool> guest_busy_{false};    ///< a guest let the token go to run a kernel
     std::atomic<bool> deep_wait_{false};     ///< the engine's thread sleeps with nothing to watch
+    std::atomic<bool> guest_asleep_{false};  ///< the leading guest sleeps on the event fd
     std::atomic<bool> watch_wanted_{false};
     std::mutex handoff_mutex_;
     std::condition_variable handoff_cv_;
