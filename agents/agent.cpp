@@ -48,6 +48,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     jo.tiers = config.jit_tiers;
     jo.cache_mib = config.cache_mib;
     jo.cache_disk_mib = config.cache_disk_mib;
+    jo.compiler = config.compiler;
     auto jit = jit::Jit::create(std::move(jo));
     if (!jit) return tl::make_unexpected(jit.error());
     impl->jit = std::move(*jit);

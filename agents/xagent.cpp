@@ -109,6 +109,22 @@ int main(int argc, char** argv) {
     app.add_option("--opt-level", config.opt_level, "JIT optimisation level")->check(CLI::Range(0, 3))->capture_default_str();
     app.add_option("--jit-tiers", config.jit_tiers, "2: new code compiled fast, then optimised in the background; 1: optimised at once")
         ->check(CLI::Range(1, 2))->capture_default_str();
+    std::string compiler_mode = "process", compiler_path;
+    unsigned compiler_cpu_s = static_cast<unsigned>(config.compiler.cpu_limit.count());
+    app.add_option("--compiler", compiler_mode,
+                   "where shipped bitcode is parsed, checked, optimised and compiled: process (bitship-compiler "
+                   "processes, confined by seccomp and limited per compile, so no input can take the agent down) "
+                   "or in-process (cheaper; for hosts without seccomp, and comparisons)")
+        ->check(CLI::IsMember({"process", "in-process"}))->capture_default_str()->envname("BITSHIP_COMPILER");
+    app.add_option("--compiler-path", compiler_path, "the bitship-compiler program (default: beside xagent)")
+        ->envname("BITSHIP_COMPILER_PATH");
+    app.add_option("--compiler-processes", config.compiler.processes, "compiles that may run at once, one process each")
+        ->check(CLI::Range(1, 64))->capture_default_str();
+    app.add_option("--compiler-cpu-s", compiler_cpu_s, "CPU seconds one compile may use; past them it fails with compile_failed")
+        ->check(CLI::Range(1, 3600))->capture_default_str();
+    app.add_option("--compiler-memory-mib", config.compiler.memory_mib,
+                   "address space a compiler process may take beyond its start-up size, MiB")
+        ->check(CLI::Range(64, 1 << 20))->capture_default_str();
     app.add_option("--cache-mib", config.cache_mib, "cap on compiled code in memory, MiB (0: unbounded)")
         ->capture_default_str()->envname("BITSHIP_CACHE_MIB");
     app.add_option("--cache-disk-mib", config.cache_disk_mib, "cap on --cache-dir, MiB (0: unbounded)")
@@ -173,6 +189,9 @@ int main(int argc, char** argv) {
     config.kernel_timeout = std::chrono::milliseconds(timeout_ms);
     config.worker_spin = std::chrono::microseconds(worker_spin_us);
     config.cache_dir = cache_dir;
+    config.compiler.mode = compiler_mode == "in-process" ? jit::CompilerMode::in_process : jit::CompilerMode::process;
+    config.compiler.path = compiler_path;
+    config.compiler.cpu_limit = std::chrono::seconds(compiler_cpu_s);
     config.limits = {max_message, max_args, max_result};
     config.loopback_only = loopback;
     config.workers_lead = !no_worker_progress;

@@ -18,10 +18,10 @@ Result<AllowList> AllowList::make(std::span<const Export> operator_exports) {
     return list;
 }
 
-Result<void> AllowList::check(const llvm::Module& module) const {
+Result<void> AllowList::check(const llvm::Module& module, const std::function<bool(std::string_view)>& allowed) {
     std::vector<std::string> missing;
     auto need = [&](const llvm::GlobalValue& g) {
-        if (!contains(g.getName())) missing.push_back(g.getName().str());
+        if (!allowed(std::string_view(g.getName()))) missing.push_back(g.getName().str());
     };
     for (const auto& f : module.functions())
         if (f.isDeclaration() && !f.isIntrinsic()) need(f);

@@ -2,6 +2,7 @@
 // The symbols shipped code may link against, and the check that a module asks for no others.
 // Private to jit/.
 
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -30,9 +31,11 @@ public:
     [[nodiscard]] const std::map<std::string, void*, std::less<>>& symbols() const { return symbols_; }
 
     /// Every symbol `module` declares without defining (functions and globals; LLVM intrinsics
-    /// aside) must be allowed; otherwise unresolved_symbol naming all that are not. Runs
-    /// before code generation, so refused code never reaches the backend.
-    [[nodiscard]] Result<void> check(const llvm::Module& module) const;
+    /// aside) must be `allowed`; otherwise unresolved_symbol naming all that are not. Runs
+    /// before code generation, so refused code never reaches the backend. Static: a compiler
+    /// process knows the allow-list's names, never its addresses.
+    [[nodiscard]] static Result<void> check(const llvm::Module& module,
+                                            const std::function<bool(std::string_view)>& allowed);
 
     /// "kernel references 'system', 'fork', which this agent does not export"
     static std::string missing_message(std::span<const std::string> names);

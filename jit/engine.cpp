@@ -1,23 +1,19 @@
-// Engine: the LLVM side of the JIT (see engine.hpp).
+// Engine: the linking side of the JIT (see engine.hpp).
 //
 // Linking: every slice gets a JITDylib of its own (different bundles may define the same entry
 // names) whose only link order is the shared "bitship.runtime" JITDylib of absolute symbols:
 // the allow-list. There is no process-symbol generator anywhere, and no platform, so nothing
-// outside the allow-list can resolve.
+// outside the allow-list can resolve. The object code comes from the ObjectCompiler (a
+// bitship-compiler process by default): it is linked only against that allow-list, whoever made
+// it.
 //
 // Memory: JITLink's InProcessMemoryManager (set explicitly below) maps slabs read-write,
 // writes and fixes up the code there, then mprotects each segment to its final permissions
 // (code R-X, read-only data R--, data RW-). No page is ever writable and executable at once;
 // jit_test's "no JIT page is ever writable and executable" checks /proc/self/maps.
 //
-// Code generation: done here, on the compiling thread, with a TargetMachine borrowed from the
-// tier's pool (FastISel at CodeGenOptLevel::None for tier 0, the configured level for tier 1),
-// and the object is then added to the slice's JITDylib; looking the entries up links it. So the
-// object code is in hand for the disk cache, and a cached object links without any IR at all.
-//
 // Threads: no compile threads here (the Jit owns the tier-up thread). Independent compiles
-// parse, optimise and generate code in parallel; ORC's session lock serialises only the
-// bookkeeping.
+// run in parallel; ORC's session lock serialises only the linker's bookkeeping.
 #include "engine.hpp"
 
 #include <algorithm>
@@ -30,31 +26,18 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/ExecutionEngine/JITLink/EHFrameSupport.h>
 #include <llvm/ExecutionEngine/JITLink/JITLink.h>
 #include <llvm/ExecutionEngine/JITLink/JITLinkMemoryManager.h>
-#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
 #include <llvm/ExecutionEngine/Orc/ObjectLinkingLayer.h>
-#include <llvm/ExecutionEngine/Orc/ThreadSafeModule.h>
-#include <llvm/Bitcode/BitcodeWriter.h>
-#include <llvm/IR/DebugInfo.h>
-#include <llvm/IR/IRBuilder.h>
-#include <llvm/IR/LLVMContext.h>
-#include <llvm/IR/Module.h>
-#include <llvm/IR/Verifier.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/Process.h>
-#include <llvm/Support/TargetSelect.h>
-#include <llvm/Support/raw_ostream.h>
-#include <llvm/Target/TargetMachine.h>
 
-#include "code_policy.hpp"
+#include "compile_to_object.hpp"
 #include "llvm_error.hpp"
-#include "optimise.hpp"
 
 namespace bitship::jit {
 namespace {
@@ -72,64 +55,6 @@ double lap_ms(Clock::time_point& mark) {
     mark = now;
     return ms;
 }
-
-llvm::CodeGenOptLevel codegen_level(unsigned opt_level) {
-    switch (opt_level) {
-    case 0: return llvm::CodeGenOptLevel::None;
-    case 1: return llvm::CodeGenOptLevel::Less;
-    case 2: return llvm::CodeGenOptLevel::Default;
-    default: return llvm::CodeGenOptLevel::Aggressive;
-    }
-}
-
-void init_llvm_once() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        llvm::InitializeNativeTarget();
-        llvm::InitializeNativeTargetAsmPrinter();
-    });
-}
-
-/// TargetMachines are not safe to use from two threads at once (their subtarget caches
-/// mutate) and cost a little to build, so optimisation and codegen borrow one from here.
-class TargetMachinePool {
-public:
-    explicit TargetMachinePool(orc::JITTargetMachineBuilder builder) : builder_(std::move(builder)) {}
-
-    struct GiveBack {
-        TargetMachinePool* pool;
-        void operator()(llvm::TargetMachine* tm) const noexcept { pool->give_back(tm); }
-    };
-    using Lease = std::unique_ptr<llvm::TargetMachine, GiveBack>;
-
-    llvm::Expected<Lease> borrow() {
-        std::lock_guard lock(mutex_);
-        if (!idle_.empty()) {
-            auto tm = std::move(idle_.back());
-            idle_.pop_back();
-            return Lease(tm.release(), GiveBack{this});
-        }
-        auto tm = builder_.createTargetMachine();
-        if (!tm) return tm.takeError();
-        return Lease(tm->release(), GiveBack{this});
-    }
-
-    [[nodiscard]] const orc::JITTargetMachineBuilder& builder() const { return builder_; }
-
-private:
-    void give_back(llvm::TargetMachine* tm) noexcept {
-        std::unique_ptr<llvm::TargetMachine> owned(tm);
-        std::lock_guard lock(mutex_);
-        try {
-            idle_.push_back(std::move(owned));
-        } catch (...) { // out of memory: let this one go rather than throw from a deleter
-        }
-    }
-
-    orc::JITTargetMachineBuilder builder_;
-    std::mutex mutex_;
-    std::vector<std::unique_ptr<llvm::TargetMachine>> idle_;
-};
 
 /// What happened while an object was linked (the memory it took, link errors), filed under
 /// its JITDylib's name (unique per compile) and collected by the compile that added it. Linking
@@ -218,9 +143,7 @@ struct Engine::State {
     }
 
     AllowList allow;
-    unsigned opt_level = 2;
-    std::unique_ptr<TargetMachinePool> fast_machines;      // Tier::fast codegen
-    std::unique_ptr<TargetMachinePool> optimised_machines; // Tier::optimised passes and codegen
+    std::unique_ptr<ObjectCompiler> compiler;
     std::shared_ptr<MaterialisationLog> log; // shared with the link plugin and the session's error reporter
     std::unique_ptr<orc::LLJIT> lljit;
     orc::JITDylib* runtime = nullptr;
@@ -237,98 +160,23 @@ void Engine::unload(llvm::orc::JITDylib& dylib) noexcept {
 
 Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
                                       bool keep_object) {
-    State& st = *state_;
+    // 1-7. Bundle checks, parse, verify, policy, allow-list, retarget, optimise, codegen: the
+    //      ObjectCompiler's (compile_to_object.cpp), in a compiler process by default.
+    auto made = state_->compiler->compile(bundle, expected, tier);
+    if (!made) return tl::make_unexpected(made.error());
     CompiledParts parts;
-    CompileStats& stats = parts.stats;
-    const HostInfo& me = host();
+    parts.stats = made->stats;
+    parts.stats.tier = static_cast<unsigned>(tier);
     const std::string hex = to_hex(expected, kHashDigitsInMessages);
     auto mark = Clock::now();
-
-    // 1. The container: lengths, offsets, and every slice against its hash.
-    auto view = BundleView::parse(bundle);
-    if (!view) return tl::make_unexpected(view.error());
-
-    // 2. The slice asked for, by content.
-    const SliceView* slice = nullptr;
-    for (const auto& s : view->slices)
-        if (s.hash == expected) slice = &s;
-    if (slice == nullptr) return fail(Errc::malformed_bundle, "no slice hashes to " + hex);
-
-    // 3. Made for this architecture and OS.
-    if (normalise_triple(slice->triple) != normalise_triple(me.triple))
-        return fail(Errc::no_matching_slice,
-                    fmt::format("bundle has slices for [{}]; this agent runs {}", view->triples(), me.triple));
-
-    // 4. Not made by a newer LLVM than ours. Bitcode is stable within a major.minor release
-    //    line, so the patch level does not count.
-    if (std::pair(slice->llvm.major, slice->llvm.minor) > std::pair(me.llvm.major, me.llvm.minor))
-        return fail(Errc::producer_too_new,
-                    fmt::format("slice {} was made by LLVM {}; this agent links LLVM {}", hex,
-                                to_string(slice->llvm), to_string(me.llvm)));
-    stats.verify_ms = lap_ms(mark);
-
-    // 5. Bitcode → IR, in a context of its own (modules of other compiles never share it).
-    auto context = std::make_unique<llvm::LLVMContext>();
-    llvm::MemoryBufferRef buffer(
-        llvm::StringRef(reinterpret_cast<const char*>(slice->bitcode.data()), slice->bitcode.size()), hex);
-    auto parsed = llvm::parseBitcodeFile(buffer, *context);
-    if (!parsed)
-        return tl::make_unexpected(to_error(parsed.takeError(), Errc::invalid_bitcode, "slice " + hex + " is not valid bitcode"));
-    std::unique_ptr<llvm::Module> module = std::move(*parsed);
-    {
-        std::string problems;
-        llvm::raw_string_ostream out(problems);
-        bool broken_debug_info = false;
-        if (llvm::verifyModule(*module, &out, &broken_debug_info))
-            return fail(Errc::invalid_bitcode, "slice " + hex + " fails the IR verifier: " + out.str());
-        // As LLVM's own tools do: broken debug info is dropped, not fatal.
-        if (broken_debug_info) llvm::StripDebugInfo(*module);
-    }
-
-    // 6. The code policy and the allow-list, before anything is optimised or generated.
-    if (auto allowed = check_code_policy(*module); !allowed) return tl::make_unexpected(allowed.error());
-    if (auto allowed = st.allow.check(*module); !allowed) return tl::make_unexpected(allowed.error());
-
-    // The bundle's entries this module defines (and exports); the others fail later, in
-    // entry(), with entry_not_found.
-    std::vector<std::string> entries;
-    for (const auto& name : view->entries) {
-        auto* f = module->getFunction(name);
-        if (f != nullptr && !f->isDeclaration() && !f->hasLocalLinkage()) entries.push_back(name);
-    }
-    stats.parse_ms = lap_ms(mark);
-
-    // 7. For this host: its CPU and features on every function, then (tier 1) the pass
-    //    pipeline, and code generation with the tier's TargetMachine.
-    const bool optimised = tier == Tier::optimised;
-    auto& pool = optimised ? *st.optimised_machines : *st.fast_machines;
-    std::unique_ptr<llvm::MemoryBuffer> object;
-    {
-        auto tm = pool.borrow();
-        if (!tm) return tl::make_unexpected(to_error(tm.takeError(), Errc::compile_failed, "creating a target machine"));
-        retarget(*module, **tm, me);
-        if (optimised) optimise(*module, **tm, st.opt_level);
-        stats.optimise_ms = lap_ms(mark);
-        module->setModuleIdentifier(hex);
-        auto made = orc::SimpleCompiler(**tm)(*module);
-        if (!made) return tl::make_unexpected(to_error(made.takeError(), Errc::compile_failed, "generating code for slice " + hex));
-        object = std::move(*made);
-    }
-    stats.codegen_ms = lap_ms(mark);
-    stats.tier = static_cast<unsigned>(tier);
-    if (keep_object) {
-        auto b = llvm::arrayRefFromStringRef(object->getBuffer());
-        parts.object.assign(reinterpret_cast<const std::byte*>(b.data()), reinterpret_cast<const std::byte*>(b.data()) + b.size());
-    }
-    // The IR and its context go now, before the link: only the object is needed from here.
-    module.reset();
-    context.reset();
-
-    parts.bundle = view->slices.size() == 1
-                       ? std::vector<std::byte>(bundle.begin(), bundle.end())
-                       : extract_slice(*view, static_cast<std::size_t>(slice - view->slices.data()));
-    if (auto linked = link(std::move(object), entries, hex, parts); !linked) return tl::make_unexpected(linked.error());
-    stats.link_ms = lap_ms(mark);
+    auto object = llvm::MemoryBuffer::getMemBufferCopy(
+        llvm::StringRef(reinterpret_cast<const char*>(made->object.data()), made->object.size()), hex);
+    if (keep_object) parts.object = std::move(made->object);
+    parts.bundle = made->slice_bundle.empty() ? std::vector<std::byte>(bundle.begin(), bundle.end())
+                                              : std::move(made->slice_bundle);
+    // 8. Linked here, in the agent, against the allow-list only.
+    if (auto linked = link(std::move(object), made->entries, hex, parts); !linked) return tl::make_unexpected(linked.error());
+    parts.stats.link_ms = lap_ms(mark);
     return parts;
 }
 
@@ -397,88 +245,24 @@ Result<void> Engine::link(std::unique_ptr<llvm::MemoryBuffer> object, const std:
     return {};
 }
 
-/// Builds the LLJIT and the runtime dylib: detectHost, PIC (JITLink places code anywhere in the
-/// address space), JITLink with in-process memory, no platform, no process symbols, and our
-/// timed, thread-safe compiler.
-namespace {
-/// A private constant C string in `module`, as clang makes for a literal.
-llvm::GlobalVariable* b_string(llvm::Module& module, llvm::StringRef text) {
-    auto* init = llvm::ConstantDataArray::getString(module.getContext(), text);
-    auto* g = new llvm::GlobalVariable(module, init->getType(), true, llvm::GlobalValue::PrivateLinkage, init, ".str");
-    g->setUnnamedAddr(llvm::GlobalValue::UnnamedAddr::Global);
-    return g;
-}
-} // namespace
-
 Result<void> Engine::warm_up() {
-    // Shaped like a kernel: a loop summing 0..n-1, loads and stores through pointer arguments,
-    // a branch, and calls to an external symbol (memcpy, which every allow-list holds), so
-    // that instruction selection, call lowering and the linker's GOT/PLT handling all pay
-    // their first-use costs here. Never run.
-    llvm::LLVMContext context;
-    llvm::Module module("bitship.warm_up", context);
-    module.setTargetTriple(host().triple);
-    auto* i64 = llvm::Type::getInt64Ty(context);
-    auto* ptr = llvm::PointerType::get(context, 0);
-    auto* memcpy_fn = llvm::Function::Create(llvm::FunctionType::get(ptr, {ptr, ptr, i64}, false),
-                                             llvm::Function::ExternalLinkage, "memcpy", module);
-    auto* fn = llvm::Function::Create(llvm::FunctionType::get(i64, {ptr, ptr, i64}, false),
-                                      llvm::Function::ExternalLinkage, "bitship_warm_up", module);
-    // The attributes clang gives a kernel: the subtarget is cached by some of them, and unwind
-    // tables need their own sections.
-    fn->addFnAttr(llvm::Attribute::NoUnwind);
-    fn->setUWTableKind(llvm::UWTableKind::Async);
-    fn->addFnAttr("min-legal-vector-width", "0");
-    auto* message = b_string(module, "bitship warm-up");
-    auto* dst = fn->getArg(0);
-    auto* src = fn->getArg(1);
-    auto* n = fn->getArg(2);
-    auto* entry = llvm::BasicBlock::Create(context, "entry", fn);
-    auto* loop = llvm::BasicBlock::Create(context, "loop", fn);
-    auto* done = llvm::BasicBlock::Create(context, "done", fn);
-    auto* empty = llvm::BasicBlock::Create(context, "empty", fn);
-    llvm::IRBuilder<> b(entry);
-    b.CreateCondBr(b.CreateICmpEQ(n, llvm::ConstantInt::get(i64, 0)), empty, loop);
-    b.SetInsertPoint(loop);
-    auto* i = b.CreatePHI(i64, 2);
-    auto* sum = b.CreatePHI(i64, 2);
-    auto* loaded = b.CreateLoad(i64, b.CreateGEP(i64, src, i));
-    auto* next_sum = b.CreateAdd(b.CreateAdd(sum, i), loaded);
-    auto* next_i = b.CreateAdd(i, llvm::ConstantInt::get(i64, 1));
-    b.CreateCondBr(b.CreateICmpULT(next_i, n), loop, done);
-    i->addIncoming(llvm::ConstantInt::get(i64, 0), entry);
-    i->addIncoming(next_i, loop);
-    sum->addIncoming(llvm::ConstantInt::get(i64, 0), entry);
-    sum->addIncoming(next_sum, loop);
-    b.SetInsertPoint(done);
-    b.CreateStore(next_sum, dst);
-    b.CreateCall(memcpy_fn, {dst, src, n});
-    b.CreateRet(next_sum);
-    b.SetInsertPoint(empty);
-    b.CreateCall(memcpy_fn, {dst, message, llvm::ConstantInt::get(i64, 8)});
-    b.CreateRet(llvm::ConstantInt::get(i64, 0));
-
-    llvm::SmallVector<char, 0> buffer;
-    llvm::raw_svector_ostream out(buffer);
-    llvm::WriteBitcodeToFile(module, out);
-    auto bytes = std::as_bytes(std::span(buffer.data(), buffer.size()));
-    std::vector<std::string> entries{"bitship_warm_up"};
-    SliceInput slice{host().triple, host().cpu, "bitship warm-up", host().llvm, bytes};
-    auto bundle = write_bundle(entries, std::span(&slice, 1));
+    auto warm = warm_up_bundle();
     for (auto tier : {Tier::fast, Tier::optimised}) {
-        auto parts = compile(bundle, hash_code(bytes), tier);
+        auto parts = compile(warm.bundle, warm.hash, tier);
         if (!parts) return tl::make_unexpected(parts.error());
         unload(*parts->dylib);
     }
     return {};
 }
 
-Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, unsigned opt_level) {
+/// Builds the LLJIT and the runtime dylib: detectHost, PIC (JITLink places code anywhere in the
+/// address space), JITLink with in-process memory, no platform, no process symbols.
+Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, std::unique_ptr<ObjectCompiler> compiler) {
     auto state = std::make_unique<State>();
     State& engine = *state;
     engine.allow = std::move(allow);
-    engine.opt_level = opt_level;
-    init_llvm_once();
+    engine.compiler = std::move(compiler);
+    init_native_target();
     auto fail_llvm = [](llvm::Error err, std::string_view what) {
         return tl::make_unexpected(to_error(std::move(err), Errc::internal, what));
     };
@@ -486,12 +270,6 @@ Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, unsigned opt_leve
     if (!builder) return fail_llvm(builder.takeError(), "detecting the host target");
     builder->setRelocationModel(llvm::Reloc::PIC_);
     builder->setCodeModel(llvm::CodeModel::Small);
-    // At CodeGenOptLevel::None the x86 backend selects instructions with FastISel and
-    // allocates registers with the fast allocator: the cheapest codegen LLVM has.
-    builder->setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
-    engine.fast_machines = std::make_unique<TargetMachinePool>(*builder);
-    builder->setCodeGenOptLevel(codegen_level(engine.opt_level));
-    engine.optimised_machines = std::make_unique<TargetMachinePool>(*builder);
     engine.log = std::make_shared<MaterialisationLog>();
 
     auto lljit = orc::LLJITBuilder()

@@ -1,7 +1,8 @@
 #pragma once
-// The LLVM side of the JIT: one ORC LLJIT, a "bitship.runtime" JITDylib of absolute symbols
-// (the allow-list), and one JITDylib per compiled slice. Compiles a slice from bundle bytes to
-// resolved entry points; knows nothing of caching. Private to jit/.
+// The linking side of the JIT: one ORC LLJIT, a "bitship.runtime" JITDylib of absolute symbols
+// (the allow-list), and one JITDylib per compiled slice. Gets a slice's object code from an
+// ObjectCompiler (in this process, or a confined compiler process) and links it to resolved
+// entry points; knows nothing of caching. Private to jit/.
 //
 // engine.cpp subclasses LLVM types, so it is built with -fno-rtti like libLLVM; the classes
 // behind the public interfaces (jit.cpp) keep RTTI, so UBSan's vptr check works on them.
@@ -20,6 +21,7 @@
 
 #include "allow_list.hpp"
 #include "jit.hpp"
+#include "object_compiler.hpp"
 
 namespace llvm {
 class MemoryBuffer;
@@ -29,10 +31,6 @@ class JITDylib;
 }
 
 namespace bitship::jit {
-
-/// 0: the fast first compile (no IR passes, FastISel at CodeGenOptLevel::None); 1: host
-/// retargeting, the full pass pipeline and codegen at the configured opt level.
-enum class Tier : unsigned { fast = 0, optimised = 1 };
 
 /// What one successful compile made.
 struct CompiledParts {
@@ -46,17 +44,18 @@ struct CompiledParts {
 
 class Engine {
 public:
-    /// Starts the LLJIT; `opt_level` (0..3) is Tier::optimised's. A unique_ptr: the caller makes it shared, so the
-    /// shared_ptr's control block comes from a file with RTTI (see above).
-    static Result<std::unique_ptr<Engine>> start(AllowList allow, unsigned opt_level);
+    /// Starts the LLJIT; `compiler` makes the object code compile() links. A unique_ptr: the
+    /// caller makes it shared, so the shared_ptr's control block comes from a file with RTTI
+    /// (see above).
+    static Result<std::unique_ptr<Engine>> start(AllowList allow, std::unique_ptr<ObjectCompiler> compiler);
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;
 
-    /// Checks, retargets, optimises (at `tier`), generates and links the slice of `bundle`
-    /// whose hash is `expected` (the steps and errors of Jit::compile). Keeps a copy of the
-    /// object code in the result when `keep_object`. Thread-safe. On failure nothing of the
-    /// slice stays loaded.
+    /// Has the ObjectCompiler check, retarget, optimise (at `tier`) and generate the slice of
+    /// `bundle` whose hash is `expected` (the steps and errors of Jit::compile), and links the
+    /// object. Keeps the object code in the result when `keep_object`. Thread-safe. On failure
+    /// nothing of the slice stays loaded.
     Result<CompiledParts> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
                                   bool keep_object = false);
 
@@ -66,9 +65,9 @@ public:
     Result<CompiledParts> link_object(std::span<const std::byte> object, const std::vector<std::string>& entries,
                                       std::vector<std::byte> bundle, const CodeHash& hash);
 
-    /// Compiles and unloads a small module made here, through the same path as compile(), so
-    /// LLVM's one-time set-up (target, pass pipeline, code generator) is paid now, not by the
-    /// first call that ships code.
+    /// Compiles (at each tier), links and unloads a small module made here, through the same
+    /// path as compile(), so LLVM's one-time set-up (target, pass pipeline, code generator,
+    /// linker) is paid now, not by the first call that ships code.
     Result<void> warm_up();
 
     /// Frees the code in `dylib` (from a CompiledParts). Thread-safe.

@@ -15,6 +15,8 @@
 
 #include "allow_list.hpp"
 #include "code_cache.hpp"
+#include "compile_to_object.hpp"
+#include "compiler_processes.hpp"
 #include "engine.hpp"
 #include "object_file.hpp"
 #include "tier_up.hpp"
@@ -275,6 +277,31 @@ private:
     std::unique_ptr<TierUp> tier_up_; // null with one tier
 };
 
+/// The ObjectCompiler `options` ask for, checking for the allow-list's names.
+Result<std::unique_ptr<ObjectCompiler>> make_compiler(const JitOptions& options, const AllowList& allow) {
+    if (options.compiler.mode == CompilerMode::in_process) {
+        SymbolNames names;
+        for (const auto& [name, address] : allow.symbols()) names.insert(name);
+        auto c = InProcessCompiler::create(std::move(names), options.opt_level);
+        if (!c) return tl::make_unexpected(c.error());
+        return std::unique_ptr<ObjectCompiler>(std::move(*c));
+    }
+    auto program = find_compiler_program(options.compiler.path);
+    if (!program) return tl::make_unexpected(program.error());
+    if (options.compiler.memory_mib == 0 || options.compiler.memory_mib > (std::numeric_limits<std::size_t>::max() >> kMibShift))
+        return fail(Errc::invalid_argument, fmt::format("compiler memory limit {} MiB", options.compiler.memory_mib));
+    CompilerProcessOptions po;
+    po.program = *program;
+    po.processes = options.compiler.processes;
+    po.opt_level = options.opt_level;
+    for (const auto& [name, address] : allow.symbols()) po.allowed.push_back(name);
+    po.cpu_limit = options.compiler.cpu_limit;
+    po.memory_bytes = options.compiler.memory_mib << kMibShift;
+    auto c = CompilerProcesses::start(std::move(po));
+    if (!c) return tl::make_unexpected(c.error());
+    return std::unique_ptr<ObjectCompiler>(std::move(*c));
+}
+
 } // namespace
 
 Result<std::unique_ptr<Jit>> Jit::create(JitOptions options) {
@@ -289,7 +316,9 @@ Result<std::unique_ptr<Jit>> Jit::create(JitOptions options) {
     if (!allow) return tl::make_unexpected(allow.error());
     auto cache = CodeCache::open(options.cache_dir, options.cache_mib << kMibShift, options.cache_disk_mib << kMibShift);
     if (!cache) return tl::make_unexpected(cache.error());
-    auto engine = Engine::start(std::move(*allow), options.opt_level);
+    auto compiler = make_compiler(options, *allow);
+    if (!compiler) return tl::make_unexpected(compiler.error());
+    auto engine = Engine::start(std::move(*allow), std::move(*compiler));
     if (!engine) return tl::make_unexpected(engine.error());
     return std::unique_ptr<Jit>(new JitImpl(std::shared_ptr<Engine>(std::move(*engine)), std::move(*cache), options));
 }

@@ -38,6 +38,29 @@ struct Export {
 /// The curated libc/libm/compiler-runtime subset every agent exports (memcpy, memset, sqrt, ...).
 std::vector<Export> curated_exports();
 
+/// Where shipped bitcode is read, checked, optimised and turned into object code.
+enum class CompilerMode {
+    /// In this process: the cheapest, and what a process without seccomp or a test needs; a
+    /// crafted slice that crashes LLVM takes the process down.
+    in_process,
+    /// In long-lived bitship-compiler processes, confined (seccomp) and limited (CPU time,
+    /// address space) per compile; their crash is one caller's compile_failed. The object code
+    /// they return is linked here, against the allow-list only.
+    process,
+};
+
+/// Where compiles run, and within what limits.
+struct CompilerOptions {
+    CompilerMode mode = CompilerMode::in_process;
+    /// The bitship-compiler program; empty: the one beside this program's executable.
+    std::filesystem::path path;
+    /// How many compiles may run at once (one process each); more wait for one.
+    unsigned processes = 2;
+    /// Each compile's CPU time, and each process's address space beyond its start-up size.
+    std::chrono::seconds cpu_limit{10};
+    std::size_t memory_mib = 2048;
+};
+
 struct JitOptions {
     /// The kernel.h runtime plus what the operator exports on purpose; the curated libc/libm
     /// subset is added by the JIT itself. Nothing outside these resolves.
@@ -56,6 +79,8 @@ struct JitOptions {
     std::size_t cache_mib = 0;
     /// Caps the files in `cache_dir`, MiB (least recently used evicted first); 0: unbounded.
     std::size_t cache_disk_mib = 0;
+    /// Where compiles run (xagent's default: CompilerMode::process).
+    CompilerOptions compiler;
 };
 
 /// Where a compile spent its time, in milliseconds.

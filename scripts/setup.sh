@@ -24,6 +24,7 @@ packages=(
   gnuplot-nox systemd
   libpmix-dev openmpi-bin slurmctld slurmd slurm-client munge
   libcpp-httplib-dev nlohmann-json3-dev lintian prometheus
+  libseccomp-dev strace
 )
 if ((with_aarch64)); then
   # The cross toolchain and the emulator run on the build machine (amd64). The agent's libraries
@@ -35,6 +36,7 @@ if ((with_aarch64)); then
     crossbuild-essential-arm64 qemu-user-static binfmt-support
     libc6:arm64 libstdc++6:arm64 libllvm19:arm64
     libucx-dev:arm64 libhwloc-dev:arm64 libfmt-dev:arm64 libspdlog-dev:arm64 libsodium-dev:arm64
+    libseccomp-dev:arm64
   )
 fi
 

@@ -1,0 +1,368 @@
+// CompilerProcesses: the agent's pool of bitship-compiler processes (see compiler_processes.hpp).
+#include "compiler_processes.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "compiler_protocol.hpp"
+
+extern char** environ;
+
+namespace bitship::jit {
+namespace proto = compiler_protocol;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::size_t kHashDigitsInMessages = 16;
+/// LLVM's initialisation and the warm-up compiles; generous for a loaded machine or an emulator.
+constexpr auto kStartTimeout = std::chrono::seconds(120);
+/// The wall-clock deadline of a compile is this many times its CPU limit (plus a second): a
+/// compile on a loaded machine gets its CPU time, a stopped or blocked one does not hang a call.
+constexpr int kWallPerCpu = 3;
+constexpr const char* kProgramName = "bitship-compiler";
+
+struct Process {
+    pid_t pid = -1;
+    int fd = -1; // the agent's end of the socket
+    bool ready = false;
+};
+
+std::string signal_name(int sig) {
+    const char* abbrev = ::sigabbrev_np(sig);
+    return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+/// The CPU time `pid` has used so far (user + system), or nullopt.
+std::optional<std::chrono::nanoseconds> cpu_used(pid_t pid) {
+    clockid_t clock{};
+    if (::clock_getcpuclockid(pid, &clock) != 0) return std::nullopt;
+    timespec t{};
+    if (::clock_gettime(clock, &t) != 0) return std::nullopt;
+    return std::chrono::seconds(t.tv_sec) + std::chrono::nanoseconds(t.tv_nsec);
+}
+
+/// The virtual size of `pid`, bytes (/proc/PID/statm's first field), or nullopt.
+std::optional<std::size_t> address_space(pid_t pid) {
+    std::ifstream statm(fmt::format("/proc/{}/statm", pid));
+    std::size_t pages = 0;
+    if (!(statm >> pages)) return std::nullopt;
+    return pages * static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+}
+
+} // namespace
+
+Result<std::filesystem::path> find_compiler_program(const std::filesystem::path& configured) {
+    std::filesystem::path program = configured;
+    if (program.empty()) {
+        std::error_code ec;
+        auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+        if (ec) return fail(Errc::io_error, fmt::format("cannot read /proc/self/exe to find {}: {}", kProgramName, ec.message()));
+        program = self.parent_path() / kProgramName;
+    }
+    if (::access(program.c_str(), X_OK) != 0)
+        return fail(Errc::io_error, fmt::format("no compiler program at {} ({}): give its path (xagent --compiler-path), "
+                                                "or compile in the agent (--compiler=in-process)",
+                                                program.string(), std::strerror(errno)));
+    return program;
+}
+
+struct CompilerProcesses::State {
+    CompilerProcessOptions options;
+    std::vector<std::byte> hello; // the same for every process
+    mutable std::mutex mutex;
+    std::condition_variable freed;
+    std::vector<Process> slots;
+    std::vector<bool> busy;
+    std::uint64_t next_id = 1;
+    bool warned_unconfined = false;
+
+    ~State() {
+        for (auto& p : slots) stop(p);
+    }
+
+    /// A new process in `p`, HELLO sent; READY is awaited by the first compile (await_ready).
+    Result<void> spawn(Process& p) {
+        int sv[2];
+        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+            return fail(Errc::io_error, fmt::format("socketpair for the compiler: {}", std::strerror(errno)));
+        posix_spawn_file_actions_t files;
+        posix_spawnattr_t attrs;
+        ::posix_spawn_file_actions_init(&files);
+        ::posix_spawnattr_init(&attrs);
+        // Its end of the socket on fd 3, stdin from /dev/null, stdout and stderr shared with the
+        // agent (its log), and no other descriptor of the agent's (UCX sockets, files).
+        ::posix_spawn_file_actions_adddup2(&files, sv[1], proto::kCompilerFd);
+        ::posix_spawn_file_actions_addopen(&files, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+        ::posix_spawn_file_actions_addclosefrom_np(&files, proto::kCompilerFd + 1);
+        // The agent blocks SIGINT/SIGTERM in every thread and catches faults for its kernels:
+        // the compiler starts with no signal blocked and every disposition at its default.
+        sigset_t none, all;
+        sigemptyset(&none);
+        sigfillset(&all);
+        ::posix_spawnattr_setsigmask(&attrs, &none);
+        ::posix_spawnattr_setsigdefault(&attrs, &all);
+        ::posix_spawnattr_setflags(&attrs, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+        std::string program = options.program.string();
+        char* argv[] = {program.data(), nullptr};
+        pid_t pid = -1;
+        int rc = ::posix_spawn(&pid, program.c_str(), &files, &attrs, argv, environ);
+        ::posix_spawn_file_actions_destroy(&files);
+        ::posix_spawnattr_destroy(&attrs);
+        ::close(sv[1]);
+        if (rc != 0) {
+            ::close(sv[0]);
+            return fail(Errc::io_error, fmt::format("cannot start {}: {}", program, std::strerror(rc)));
+        }
+        p = Process{pid, sv[0], false};
+        if (auto sent = proto::write_frame(p.fd, hello); !sent) {
+            auto why = reap(p);
+            return fail(Errc::io_error, fmt::format("{} did not take its start-up message ({})", program, why));
+        }
+        return {};
+    }
+
+    /// Waits for READY; then sets the address-space limit.
+    Result<void> await_ready(Process& p) {
+        auto frame = proto::read_frame(p.fd, proto::kMaxReplyFrame, Clock::now() + kStartTimeout);
+        auto failed = [&](std::string why) -> Result<void> {
+            auto death = reap(p);
+            return fail(Errc::compile_failed, fmt::format("the compiler process did not start: {}{}", why,
+                                                          death.empty() ? "" : " (" + death + ")"));
+        };
+        if (!frame) return failed(frame.error().message);
+        auto type = proto::type_of(*frame);
+        if (type && *type == proto::Type::failed) {
+            auto f = proto::decode_failed(*frame);
+            return failed(f ? f->error.describe() : f.error().message);
+        }
+        auto ready = proto::decode_ready(*frame);
+        if (!ready) return failed(ready.error().message);
+        if (!ready->confined && !warned_unconfined) {
+            warned_unconfined = true;
+            spdlog::warn("jit: the compiler process runs without its seccomp filter: {}", ready->note);
+        }
+        // The limit counts from its size now: libLLVM, the allocator's arenas, the warm-up.
+        if (auto size = address_space(p.pid)) {
+            rlimit as{*size + options.memory_bytes, *size + options.memory_bytes};
+            if (::prlimit(p.pid, RLIMIT_AS, &as, nullptr) != 0)
+                spdlog::warn("jit: cannot limit the compiler's address space: {}", std::strerror(errno));
+        }
+        p.ready = true;
+        return {};
+    }
+
+    /// Kills `p` if it still runs, reaps it, and says how it ended ("" when it exited cleanly).
+    /// `cpu_at_start`: its CPU time when the current compile began, to tell a CPU-limit SIGKILL.
+    std::string reap(Process& p, std::optional<std::chrono::nanoseconds> cpu_at_start = std::nullopt,
+                     bool killed_by_us = false) {
+        if (p.fd >= 0) ::close(p.fd);
+        p.fd = -1;
+        p.ready = false;
+        if (p.pid < 0) return {};
+        int status = 0;
+        rusage usage{};
+        // A process that is still running (it sent garbage, or overran the wall clock) is stopped.
+        pid_t got = ::wait4(p.pid, &status, WNOHANG, &usage);
+        if (got == 0) {
+            ::kill(p.pid, SIGKILL);
+            while ((got = ::wait4(p.pid, &status, 0, &usage)) < 0 && errno == EINTR) {
+            }
+        }
+        p.pid = -1;
+        if (got <= 0) return "its exit status is unknown";
+        if (WIFEXITED(status)) return WEXITSTATUS(status) == 0 ? "" : fmt::format("it exited with status {}", WEXITSTATUS(status));
+        if (!WIFSIGNALED(status)) return "it stopped";
+        const int sig = WTERMSIG(status);
+        auto used = std::chrono::seconds(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                    std::chrono::microseconds(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+        const bool over_cpu = cpu_at_start && used - *cpu_at_start >= options.cpu_limit;
+        if (sig == SIGXCPU || (sig == SIGKILL && over_cpu && !killed_by_us))
+            return fmt::format("compiler exceeded its {} s CPU limit", options.cpu_limit.count());
+        if (sig == SIGSYS) return "compiler killed by seccomp (it made a forbidden system call)";
+        if (killed_by_us) return "";
+        return fmt::format("compiler process killed by {}", signal_name(sig));
+    }
+
+    void stop(Process& p) {
+        if (p.pid >= 0) (void)reap(p);
+    }
+
+    /// Index of a free slot, now marked busy (waits while all are busy).
+    std::size_t acquire() {
+        std::unique_lock lock(mutex);
+        for (;;) {
+            for (std::size_t i = 0; i < slots.size(); ++i)
+                if (!busy[i]) {
+                    busy[i] = true;
+                    return i;
+                }
+            freed.wait(lock);
+        }
+    }
+    void release(std::size_t i) {
+        {
+            std::lock_guard lock(mutex);
+            busy[i] = false;
+        }
+        freed.notify_one();
+    }
+
+    /// `p` alive and READY: replaced if it died while idle, started if it never was.
+    Result<void> ensure_ready(Process& p) {
+        if (p.pid >= 0) {
+            int status = 0;
+            if (::waitpid(p.pid, &status, WNOHANG) == p.pid) {
+                // Already reaped here, so reap() below only closes the socket.
+                p.pid = -1;
+                spdlog::warn("jit: a compiler process died while idle ({}); starting another",
+                             WIFSIGNALED(status) ? signal_name(WTERMSIG(status)) : fmt::format("status {}", WEXITSTATUS(status)));
+                (void)reap(p);
+            }
+        }
+        if (p.pid < 0)
+            if (auto s = spawn(p); !s) return s;
+        if (!p.ready) return await_ready(p);
+        return {};
+    }
+
+    /// After a failure: the slot gets a fresh process at once (its start-up overlaps whatever
+    /// comes next; the next compile there waits for its READY).
+    void restart(Process& p) {
+        if (auto s = spawn(p); !s) spdlog::warn("jit: restarting a compiler process: {}", s.error().describe());
+    }
+};
+
+CompilerProcesses::CompilerProcesses(std::unique_ptr<State> state) : state_(std::move(state)) {}
+CompilerProcesses::~CompilerProcesses() = default;
+
+Result<std::unique_ptr<CompilerProcesses>> CompilerProcesses::start(CompilerProcessOptions options) {
+    if (options.processes == 0) return fail(Errc::invalid_argument, "at least one compiler process");
+    if (options.cpu_limit.count() <= 0) return fail(Errc::invalid_argument, "the compiler's CPU limit must be positive");
+    auto state = std::make_unique<State>();
+    proto::Hello hello;
+    hello.opt_level = options.opt_level;
+    hello.allowed = options.allowed;
+    state->hello = proto::encode(hello);
+    state->options = std::move(options);
+    state->slots.resize(state->options.processes);
+    state->busy.assign(state->options.processes, false);
+    // All start at once; then each is waited for.
+    for (auto& p : state->slots)
+        if (auto s = state->spawn(p); !s) return tl::make_unexpected(s.error());
+    for (auto& p : state->slots)
+        if (auto r = state->await_ready(p); !r) return tl::make_unexpected(r.error());
+    spdlog::debug("jit: {} compiler processes ({}), {} s CPU and {} MiB address space per compile",
+                  state->slots.size(), state->options.program.string(), state->options.cpu_limit.count(),
+                  state->options.memory_bytes >> 20);
+    return std::unique_ptr<CompilerProcesses>(new CompilerProcesses(std::move(state)));
+}
+
+std::vector<pid_t> CompilerProcesses::pids() const {
+    std::lock_guard lock(state_->mutex);
+    std::vector<pid_t> out;
+    for (const auto& p : state_->slots)
+        if (p.pid >= 0) out.push_back(p.pid);
+    return out;
+}
+
+Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier) {
+    State& st = *state_;
+    const std::string hex = to_hex(expected, kHashDigitsInMessages);
+    if (bundle.size() > proto::kMaxRequestFrame - 64)
+        return fail(Errc::too_large, fmt::format("slice {}: a bundle of {} bytes is more than a compiler takes", hex, bundle.size()));
+    const std::size_t slot = st.acquire();
+    struct Release {
+        State& st;
+        std::size_t slot;
+        ~Release() { st.release(slot); }
+    } release{st, slot};
+    Process& p = st.slots[slot];
+
+    std::uint64_t id = 0;
+    {
+        std::lock_guard lock(st.mutex);
+        id = st.next_id++;
+    }
+    const auto request = proto::encode(proto::CompileRequest{id, tier, expected, bundle});
+    std::optional<std::chrono::nanoseconds> cpu_at_start;
+    // 1. A live, ready process takes the request. One that turns out dead before it has read a
+    //    byte of it (killed while idle) is replaced and the request sent again, once.
+    for (int attempt = 0;; ++attempt) {
+        if (auto ready = st.ensure_ready(p); !ready) return tl::make_unexpected(ready.error());
+        // 2. Its CPU limit, counted from what it has used so far.
+        cpu_at_start = cpu_used(p.pid);
+        if (cpu_at_start) {
+            auto soft = std::chrono::ceil<std::chrono::seconds>(*cpu_at_start) + st.options.cpu_limit;
+            rlimit cpu{static_cast<rlim_t>(soft.count()), static_cast<rlim_t>(soft.count() + 1)};
+            if (::prlimit(p.pid, RLIMIT_CPU, &cpu, nullptr) != 0)
+                spdlog::warn("jit: cannot limit the compiler's CPU time: {}", std::strerror(errno));
+        }
+        if (proto::write_frame(p.fd, request)) break;
+        auto death = st.reap(p);
+        if (attempt > 0)
+            return fail(Errc::compile_failed, fmt::format("the compiler process would not take slice {} ({})", hex, death));
+    }
+
+    // 3. The answer, by the wall-clock deadline.
+    const auto wall = st.options.cpu_limit * kWallPerCpu + std::chrono::seconds(1);
+    auto frame = proto::read_frame(p.fd, proto::kMaxReplyFrame, Clock::now() + wall);
+    auto died = [&](std::string what) -> Result<CompiledObject> {
+        st.restart(p);
+        return fail(Errc::compile_failed, fmt::format("{} while compiling slice {} (the compiler was restarted; this slice "
+                                                      "is not retried)", what, hex));
+    };
+    if (!frame) {
+        if (frame.error().code == Errc::timeout) {
+            (void)st.reap(p, cpu_at_start, true);
+            return died(fmt::format("compiler took longer than {} s (wall clock) and was killed", wall.count()));
+        }
+        auto death = st.reap(p, cpu_at_start);
+        if (frame.error().code == Errc::too_large) death = "compiler process sent a reply over the size cap (" + frame.error().message + ")";
+        return died(death.empty() ? "compiler process exited" : death);
+    }
+    // 4. Decoded as hostile bytes: any inconsistency kills the process.
+    auto type = proto::type_of(*frame);
+    if (type && *type == proto::Type::compiled) {
+        auto reply = proto::decode_compiled(*frame);
+        if (reply && reply->id == id && reply->made.slice_bundle.size() <= bundle.size()) return std::move(reply->made);
+        (void)st.reap(p, cpu_at_start, true);
+        return died(fmt::format("compiler process sent a malformed reply ({})",
+                                !reply ? reply.error().message : reply->id != id ? "another request's id" : "a slice larger than the bundle"));
+    }
+    if (type && *type == proto::Type::failed) {
+        auto failure = proto::decode_failed(*frame);
+        if (failure && !failure->fatal && failure->id == id) return tl::make_unexpected(failure->error);
+        if (failure && failure->fatal) {
+            // Its last word: it exits right after.
+            auto death = st.reap(p, cpu_at_start);
+            std::string what = "compiler process: " + failure->error.message;
+            if (failure->error.message.starts_with("out of memory"))
+                what += fmt::format(" (its limit is {} MiB of address space beyond its start-up size)", st.options.memory_bytes >> 20);
+            if (!death.empty() && !death.starts_with("it exited")) what += " (" + death + ")";
+            st.restart(p);
+            return fail(failure->error.code, fmt::format("{} while compiling slice {} (the compiler was restarted; this "
+                                                         "slice is not retried)", what, hex));
+        }
+    }
+    (void)st.reap(p, cpu_at_start, true);
+    return died("compiler process sent a malformed reply");
+}
+
+} // namespace bitship::jit

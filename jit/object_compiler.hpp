@@ -1,0 +1,44 @@
+#pragma once
+// What turns a bundle slice into object code: parse, verify, code policy, allow-list check,
+// host retargeting, optimisation and code generation. Two implementations: in this process
+// (compile_to_object.hpp), or in separate, confined compiler processes (compiler_processes.hpp)
+// so that no input can take the agent down. The Engine links what either returns. No LLVM type
+// here. Private to jit/.
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <bitship/bundle.hpp>
+#include <bitship/errc.hpp>
+
+#include "jit.hpp"
+
+namespace bitship::jit {
+
+/// 0: the fast first compile (no IR passes, FastISel at CodeGenOptLevel::None); 1: host
+/// retargeting, the full pass pipeline and codegen at the configured opt level.
+enum class Tier : unsigned { fast = 0, optimised = 1 };
+
+/// A slice compiled to a relocatable object, not yet linked.
+struct CompiledObject {
+    std::vector<std::byte> object;    ///< ELF relocatable object code for this host
+    std::vector<std::string> entries; ///< the bundle's entries the module defines (and exports)
+    /// The single-slice bundle the object was made from; empty when the request's bundle was
+    /// that already (the caller then keeps its own bytes).
+    std::vector<std::byte> slice_bundle;
+    CompileStats stats; ///< verify, parse, optimise and codegen times; link_ms is the linker's
+};
+
+class ObjectCompiler {
+public:
+    virtual ~ObjectCompiler() = default;
+    /// The slice of `bundle` hashing to `expected`, compiled at `tier`. Errors: those of
+    /// Jit::compile, plus compile_failed naming what stopped a compiler process (a signal, a
+    /// limit). Thread-safe.
+    virtual Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier) = 0;
+};
+
+} // namespace bitship::jit

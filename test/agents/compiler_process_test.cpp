@@ -1,0 +1,232 @@
+// The compiler process: whatever happens to a bitship-compiler while it reads a slice (a crash,
+// an abort, LLVM's fatal error, a CPU or memory overrun, a forbidden system call, a SIGKILL from
+// outside) is an error for that one call, naming what happened; the agent restarts the compiler
+// and keeps serving, other callers' compiles included. Real xagent and compiler processes.
+//
+// The misbehaviour comes from the compiler's test hook (compiler_main.cpp): with
+// BITSHIP_COMPILER_TEST_FAULTS=1 in its environment, a bundle listing an entry named
+// bitship_test_fault_<kind> makes the compiler misbehave that way.
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <iterator>
+#include <sstream>
+#include <thread>
+
+#include <bitship/client.hpp>
+#include <behaviour_kernels.hpp>
+
+#include "launcher.hpp"
+
+using namespace bitship;
+using bitship::launch::AgentProcess;
+using bitship::launch::AgentProgram;
+using namespace std::chrono_literals;
+
+namespace {
+
+Client make_client() {
+    ClientOptions o;
+    o.transport = Transport::tcp;
+    o.loopback_only = true;
+    o.call_timeout = 30s;
+    auto c = Client::create(o);
+    REQUIRE(c);
+    return std::move(*c);
+}
+
+AgentProgram with_test_faults() {
+    return AgentProgram{AgentProcess::binary(), {"BITSHIP_COMPILER_TEST_FAULTS=1"}};
+}
+
+/// Test kernel variant `n` (distinct bitcode, so a distinct hash: compiles of different
+/// variants are never folded into one).
+std::vector<std::byte> variant_bitcode(int n) {
+    std::ifstream in(std::string(BITSHIP_JIT_TEST_KERNEL_DIR) + "/add_v" + std::to_string(n) + ".bc", std::ios::binary);
+    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(!chars.empty());
+    std::vector<std::byte> out(chars.size());
+    std::memcpy(out.data(), chars.data(), chars.size());
+    return out;
+}
+
+/// A one-slice bundle of `bitcode` whose one entry is `entry`.
+std::vector<std::byte> bundle_of(const Target& target, std::span<const std::byte> bitcode, const std::string& entry) {
+    std::vector<std::string> entries{entry};
+    SliceInput slice{target.info().triple, "x86-64", "clang", target.info().llvm, bitcode};
+    return write_bundle(entries, std::span(&slice, 1));
+}
+
+std::string fault_entry(const std::string& kind) { return "bitship_test_fault_" + kind; }
+
+/// Ships variant `variant` asking the compiler for fault `kind`.
+Future ship_fault(Client& client, const Target& target, const std::string& kind, int variant) {
+    auto bundle = bundle_of(target, variant_bitcode(variant), fault_entry(kind));
+    return client.ship_slice(bundle, 0, fault_entry(kind), target, {});
+}
+
+/// A benign call, answered correctly.
+void agent_still_serves(const AgentProcess& agent) {
+    auto client = make_client();
+    auto t = client.connect(agent.address());
+    REQUIRE(t);
+    auto r = client.ship(behaviour_kernels::add, *t, std::uint64_t{3}, std::uint64_t{4}).get_as<std::uint64_t>();
+    INFO(agent.log());
+    REQUIRE(r);
+    CHECK(*r == 7);
+}
+
+/// The agent's child processes: its compilers.
+std::vector<pid_t> children_of(pid_t parent) {
+    std::vector<pid_t> out;
+    std::error_code ec;
+    for (const auto& task : std::filesystem::directory_iterator(fmt::format("/proc/{}/task", parent), ec)) {
+        std::ifstream in(task.path() / "children");
+        pid_t pid = 0;
+        while (in >> pid) out.push_back(pid);
+    }
+    return out;
+}
+
+/// User + system CPU time of `pid`, clock ticks (0 when it is gone).
+long cpu_ticks(pid_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/stat", pid));
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto close = text.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream fields(text.substr(close + 2));
+    std::string skip;
+    for (int i = 0; i < 11; ++i) fields >> skip; // state .. cmajflt
+    long utime = 0, stime = 0;
+    fields >> utime >> stime;
+    return utime + stime;
+}
+
+} // namespace
+
+TEST_CASE("a compiler that crashes, aborts or hits LLVM's fatal error fails only that call, naming what happened",
+          "[integration]") {
+    AgentProcess agent(with_test_faults(), "tcp");
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    struct Case {
+        std::string kind;
+        std::string says;
+    };
+    int variant = 1;
+    for (const auto& c : {Case{"segv", "compiler process killed by SIGSEGV"}, Case{"abort", "compiler process killed by SIGABRT"},
+                          Case{"fatal", "LLVM fatal error: the test hook asked for a fatal error"}}) {
+        auto r = ship_fault(client, *target, c.kind, variant++).get();
+        INFO(c.kind << "\n" << agent.log());
+        REQUIRE_FALSE(r);
+        CHECK(r.error().code == Errc::compile_failed);
+        CHECK_THAT(r.error().message, Catch::Contains(c.says) && Catch::Contains("while compiling slice") &&
+                                          Catch::Contains("restarted"));
+        agent_still_serves(agent);
+    }
+}
+
+TEST_CASE("a compile that overruns its CPU limit fails with compile_failed naming the limit", "[integration]") {
+    AgentProcess agent(with_test_faults(), "tcp", {"--compiler-cpu-s", "1"});
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto r = ship_fault(client, *target, "spin", 4).get();
+    INFO(agent.log());
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::compile_failed);
+    CHECK_THAT(r.error().message, Catch::Contains("compiler exceeded its 1 s CPU limit while compiling slice"));
+    agent_still_serves(agent);
+}
+
+TEST_CASE("a compile that exhausts its address space fails with compile_failed naming the limit", "[integration]") {
+    AgentProcess agent(with_test_faults(), "tcp", {"--compiler-memory-mib", "256"});
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto r = ship_fault(client, *target, "alloc", 5).get();
+    INFO(agent.log());
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::compile_failed);
+    CHECK_THAT(r.error().message, Catch::Contains("out of memory") && Catch::Contains("256 MiB"));
+    agent_still_serves(agent);
+}
+
+TEST_CASE("a forbidden system call in the compiler is stopped by seccomp and reported as such", "[integration]") {
+    AgentProcess agent(with_test_faults(), "tcp");
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto r = ship_fault(client, *target, "syscall", 6).get();
+    INFO(agent.log());
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::compile_failed);
+    CHECK_THAT(r.error().message, Catch::Contains("compiler killed by seccomp"));
+    agent_still_serves(agent);
+}
+
+TEST_CASE("a compiler killed from outside mid-compile fails that call only; the next call gets a fresh compiler",
+          "[integration]") {
+    AgentProcess agent(with_test_faults(), "tcp", {"--compiler-processes", "1", "--compiler-cpu-s", "60"});
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto before = children_of(agent.pid());
+    REQUIRE(before.size() == 1);
+    auto pending = ship_fault(client, *target, "spin", 7);
+    // Killed once it is seen spinning, i.e. mid-compile.
+    for (int i = 0; i < 1000 && cpu_ticks(before[0]) < 20; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(cpu_ticks(before[0]) >= 20);
+    REQUIRE(::kill(before[0], SIGKILL) == 0);
+    auto r = pending.get();
+    INFO(agent.log());
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::compile_failed);
+    CHECK_THAT(r.error().message, Catch::Contains("compiler process killed by SIGKILL while compiling slice"));
+    agent_still_serves(agent);
+    auto after = children_of(agent.pid());
+    REQUIRE(after.size() == 1);
+    CHECK(after[0] != before[0]);
+}
+
+TEST_CASE("compiles queued behind a compiler that dies run on its replacement and succeed", "[integration]") {
+    AgentProcess agent(with_test_faults(), "tcp", {"--compiler-processes", "1", "--compiler-cpu-s", "1", "--jit-tiers", "1"});
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto doomed = ship_fault(client, *target, "spin", 8);
+    // Other callers' kernels, shipped while the only compiler spins: they wait for it.
+    std::vector<Future> others;
+    for (int v = 9; v <= 11; ++v) {
+        auto bundle = bundle_of(*target, variant_bitcode(v), "add");
+        std::uint64_t args[2] = {std::uint64_t(v), 100};
+        auto bytes = std::as_bytes(std::span(args));
+        others.push_back(client.ship_slice(bundle, 0, "add", *target, Bytes(bytes.begin(), bytes.end())));
+    }
+    auto r = doomed.get();
+    INFO(agent.log());
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("CPU limit"));
+    for (int v = 9; v <= 11; ++v) {
+        auto got = others[static_cast<std::size_t>(v - 9)].get_as<std::uint64_t>();
+        INFO("variant " << v);
+        REQUIRE(got);
+        CHECK(*got == 2 * std::uint64_t(v) + 100); // add_vN adds N to the sum
+    }
+    agent_still_serves(agent);
+}
+
+TEST_CASE("an agent compiling in its own process (--compiler=in-process) ships as before and starts no compiler",
+          "[integration]") {
+    AgentProcess agent("tcp", {"--compiler", "in-process"});
+    agent_still_serves(agent);
+    CHECK(children_of(agent.pid()).empty());
+}
