@@ -17,6 +17,7 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -33,10 +34,16 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kHashDigitsInMessages = 16;
 /// LLVM's initialisation and the warm-up compiles; generous for a loaded machine or an emulator.
 constexpr auto kStartTimeout = std::chrono::seconds(120);
-/// The wall-clock deadline of a compile is this many times its CPU limit (plus a second): a
-/// compile on a loaded machine gets its CPU time, a stopped or blocked one does not hang a call.
-constexpr int kWallPerCpu = 3;
+/// The wall-clock deadline of a compile: its CPU limit times kWallPerCpu, and at least the CPU
+/// limit plus kWallSlack, so that a compile on a loaded machine (a few percent of a core) still
+/// meets its CPU limit first, while a stopped or blocked compiler does not hold a call forever.
+constexpr int kWallPerCpu = 4;
+constexpr auto kWallSlack = std::chrono::seconds(30);
 constexpr const char* kProgramName = "bitship-compiler";
+/// A compiler that sent a fatal FAILED exits right after; how long it gets, and how often it is
+/// looked at meanwhile.
+constexpr auto kFatalExitGrace = std::chrono::milliseconds(1000);
+constexpr auto kExitPoll = std::chrono::milliseconds(1);
 
 struct Process {
     pid_t pid = -1;
@@ -171,15 +178,20 @@ struct CompilerProcesses::State {
     /// Kills `p` if it still runs, reaps it, and says how it ended ("" when it exited cleanly).
     /// `cpu_at_start`: its CPU time when the current compile began, to tell a CPU-limit SIGKILL.
     std::string reap(Process& p, std::optional<std::chrono::nanoseconds> cpu_at_start = std::nullopt,
-                     bool killed_by_us = false) {
+                     bool killed_by_us = false, std::chrono::milliseconds grace = std::chrono::milliseconds(0)) {
         if (p.fd >= 0) ::close(p.fd);
         p.fd = -1;
         p.ready = false;
         if (p.pid < 0) return {};
         int status = 0;
         rusage usage{};
-        // A process that is still running (it sent garbage, or overran the wall clock) is stopped.
+        // One that said its last word gets `grace` to exit by itself; one still running after
+        // that (or that sent garbage, or overran the wall clock) is stopped.
         pid_t got = ::wait4(p.pid, &status, WNOHANG, &usage);
+        for (auto until = Clock::now() + grace; got == 0 && Clock::now() < until;) {
+            std::this_thread::sleep_for(kExitPoll);
+            got = ::wait4(p.pid, &status, WNOHANG, &usage);
+        }
         if (got == 0) {
             ::kill(p.pid, SIGKILL);
             while ((got = ::wait4(p.pid, &status, 0, &usage)) < 0 && errno == EINTR) {
@@ -321,7 +333,7 @@ Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bun
     }
 
     // 3. The answer, by the wall-clock deadline.
-    const auto wall = st.options.cpu_limit * kWallPerCpu + std::chrono::seconds(1);
+    const auto wall = std::max(st.options.cpu_limit * kWallPerCpu, st.options.cpu_limit + kWallSlack);
     auto frame = proto::read_frame(p.fd, proto::kMaxReplyFrame, Clock::now() + wall);
     auto died = [&](std::string what) -> Result<CompiledObject> {
         st.restart(p);
@@ -351,7 +363,7 @@ Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bun
         if (failure && !failure->fatal && failure->id == id) return tl::make_unexpected(failure->error);
         if (failure && failure->fatal) {
             // Its last word: it exits right after.
-            auto death = st.reap(p, cpu_at_start);
+            auto death = st.reap(p, cpu_at_start, false, kFatalExitGrace);
             std::string what = "compiler process: " + failure->error.message;
             if (failure->error.message.starts_with("out of memory"))
                 what += fmt::format(" (its limit is {} MiB of address space beyond its start-up size)", st.options.memory_bytes >> 20);

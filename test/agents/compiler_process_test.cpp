@@ -20,6 +20,8 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include <bitship/client.hpp>
 #include <behaviour_kernels.hpp>
 
@@ -36,7 +38,9 @@ Client make_client() {
     ClientOptions o;
     o.transport = Transport::tcp;
     o.loopback_only = true;
-    o.call_timeout = 30s;
+    // Past the compiler's wall-clock deadline (its CPU limit + 30 s), so a loaded machine shows
+    // the compiler's own error rather than the client's timeout.
+    o.call_timeout = 90s;
     auto c = Client::create(o);
     REQUIRE(c);
     return std::move(*c);
@@ -50,6 +54,17 @@ AgentProgram with_test_faults() {
 /// variants are never folded into one).
 std::vector<std::byte> variant_bitcode(int n) {
     std::ifstream in(std::string(BITSHIP_JIT_TEST_KERNEL_DIR) + "/add_v" + std::to_string(n) + ".bc", std::ios::binary);
+    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(!chars.empty());
+    std::vector<std::byte> out(chars.size());
+    std::memcpy(out.data(), chars.data(), chars.size());
+    return out;
+}
+
+/// A file of test/agents/crafted: byte-flipped copies of test/jit's add.bc that LLVM 19's
+/// bitcode reader crashes on or runs out of memory with (found by flipping bytes).
+std::vector<std::byte> crafted(const std::string& name) {
+    std::ifstream in(std::string(BITSHIP_CRAFTED_DIR) + "/" + name, std::ios::binary);
     std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     REQUIRE(!chars.empty());
     std::vector<std::byte> out(chars.size());
@@ -130,6 +145,31 @@ TEST_CASE("a compiler that crashes, aborts or hits LLVM's fatal error fails only
         CHECK(r.error().code == Errc::compile_failed);
         CHECK_THAT(r.error().message, Catch::Contains(c.says) && Catch::Contains("while compiling slice") &&
                                           Catch::Contains("restarted"));
+        agent_still_serves(agent);
+    }
+}
+
+TEST_CASE("crafted bitcode that crashes LLVM's reader, or makes it run out of memory, fails that call only",
+          "[integration]") {
+    // No test hook: real inputs, with valid hashes. In the agent's own process either would end it.
+    AgentProcess agent("tcp", {"--compiler-memory-mib", "512"});
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    struct Case {
+        std::string file;
+        std::string says;
+    };
+    for (const auto& c : {Case{"reader_segv.bc", "compiler process killed by SIGSEGV while compiling slice"},
+                          Case{"reader_out_of_memory.bc", "out of memory"}}) {
+        auto bundle = bundle_of(*target, crafted(c.file), "add");
+        std::uint64_t args[2] = {1, 2};
+        auto bytes = std::as_bytes(std::span(args));
+        auto r = client.ship_slice(bundle, 0, "add", *target, Bytes(bytes.begin(), bytes.end())).get();
+        INFO(c.file << "\n" << agent.log());
+        REQUIRE_FALSE(r);
+        CHECK(r.error().code == Errc::compile_failed);
+        CHECK_THAT(r.error().message, Catch::Contains(c.says) && Catch::Contains("restarted"));
         agent_still_serves(agent);
     }
 }
