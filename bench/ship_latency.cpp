@@ -3,7 +3,9 @@
 //                       a pre-installed active-message handler gets
 //   cached ship         the `empty` kernel with 8-byte arguments, code already on the agent
 //   cold ship           the first call to a fresh agent: bundle transfer + JIT + run, with
-//                       the agent's own split of the compile
+//                       the agent's own split of the compile; once with the compile in a
+//                       bitship-compiler process (the default), once in the agent's own
+//                       process (--compiler=in-process), and their ratio
 // The agents are real xagent processes started here on loopback. With --agent-arch aarch64
 // they are the aarch64 cross build run by qemu-user: EMULATED figures, which measure qemu on
 // this machine, not a DPU, and are not comparable with native ones.
@@ -226,36 +228,60 @@ int main(int argc, char** argv) {
                 print(tl, fmt::format("cached ship after {} ms idle", cfg.idle_ms), idle_s);
                 rows.push_back({labels(tl, "cached_ship_after_idle"), idle_s, {{"idle_ms", double(cfg.idle_ms)}}});
             }
-            // Cold: a fresh agent each time, connected first, so the timed call is the ship.
-            std::vector<double> cold;
-            std::map<std::string, std::vector<double>> split;
+            // Cold: a fresh agent each time, connected first, so the timed call is the ship. Each
+            // rep starts one agent compiling in bitship-compiler processes (the default) and one
+            // compiling in its own process, alternately, so both see the same machine.
+            struct Mode {
+                std::string name, label, title;
+                std::vector<double> cold;
+                std::map<std::string, std::vector<double>> split;
+            };
+            std::vector<Mode> modes{{"process", "cold_ship", "cold ship (first call, JIT)", {}, {}},
+                                    {"in-process", "cold_ship_in_process", "cold ship, --compiler=in-process", {}, {}}};
             for (int i = 0; i < cfg.cold_reps; ++i) {
-                launch::AgentProcess agent(program, tl, agent_args(cfg));
-                auto client = make_client(*transport, cfg);
-                auto target = client.connect(agent.address());
-                if (!target) throw std::runtime_error(target.error().describe());
-                auto t = Clock::now();
-                must(client.ship(bench_kernels::empty, *target, arg).get(), "cold ship");
-                cold.push_back(us_since(t));
-                auto stats = client.agent_stats(*target);
-                if (!stats) throw std::runtime_error(stats.error().describe());
-                for (const auto& [k, v] : *stats)
-                    if (k.rfind("last_compile_", 0) == 0) split[k.substr(13, k.size() - 13 - 3)].push_back(double(v) / 1000.0);
+                for (auto& mode : modes) {
+                    auto args = agent_args(cfg);
+                    args.insert(args.end(), {"--compiler", mode.name});
+                    launch::AgentProcess agent(program, tl, args);
+                    auto client = make_client(*transport, cfg);
+                    auto target = client.connect(agent.address());
+                    if (!target) throw std::runtime_error(target.error().describe());
+                    auto t = Clock::now();
+                    must(client.ship(bench_kernels::empty, *target, arg).get(), "cold ship");
+                    mode.cold.push_back(us_since(t));
+                    auto stats = client.agent_stats(*target);
+                    if (!stats) throw std::runtime_error(stats.error().describe());
+                    for (const auto& [k, v] : *stats)
+                        if (k.rfind("last_compile_", 0) == 0)
+                            mode.split[k.substr(13, k.size() - 13 - 3)].push_back(double(v) / 1000.0);
+                }
             }
-            auto cold_s = bench::summarise(cold);
-            print(tl, "cold ship (first call, JIT)", cold_s);
-            Row cold_row{labels(tl, "cold_ship"), cold_s, {}};
-            double accounted = 0;
-            for (auto stage : {"verify", "parse", "optimise", "codegen", "link"}) {
-                auto s = bench::summarise(split[stage]);
-                accounted += s.median;
-                print(tl, fmt::format("  of which {} (agent)", stage), s);
-                cold_row.extra.emplace_back(fmt::format("{}_median_us", stage), s.median);
+            std::vector<Summary> medians;
+            for (auto& mode : modes) {
+                auto cold_s = bench::summarise(mode.cold);
+                medians.push_back(cold_s);
+                print(tl, mode.title, cold_s);
+                Row cold_row{labels(tl, mode.label), cold_s, {}};
+                double accounted = 0;
+                for (auto stage : {"verify", "parse", "optimise", "codegen", "link"}) {
+                    auto st = bench::summarise(mode.split[stage]);
+                    accounted += st.median;
+                    print(tl, fmt::format("  of which {} (agent)", stage), st);
+                    cold_row.extra.emplace_back(fmt::format("{}_median_us", stage), st.median);
+                }
+                fmt::print("{:<5} {:<28} {:>10.2f}   (round trip, transfer, dispatch, run)\n", tl, "  of which the rest",
+                           cold_s.median - accounted);
+                rows.push_back(cold_row);
             }
-            fmt::print("{:<5} {:<28} {:>10.2f}   (round trip, transfer, dispatch, run)\n", tl, "  of which the rest", cold_s.median - accounted);
-            rows.push_back(cold_row);
-            verdicts.push_back(fmt::format("{}: cold ship median {:.2f} ms (target <= 25 ms) {}", tl, cold_s.median / 1000,
-                                           cold_s.median <= 25000 ? "MET" : "MISSED"));
+            const double ratio = medians[0].median / medians[1].median;
+            const double ratio_p99 = medians[0].p99 / medians[1].p99;
+            fmt::print("{:<5} {:<28} {:>10.3f}   (p99 {:.3f})\n", tl, "cold: process / in-process", ratio, ratio_p99);
+            rows.back().extra.emplace_back("process_over_in_process_median", ratio);
+            rows.back().extra.emplace_back("process_over_in_process_p99", ratio_p99);
+            verdicts.push_back(fmt::format("{}: cold ship median {:.2f} ms (target <= 25 ms) {}", tl, medians[0].median / 1000,
+                                           medians[0].median <= 25000 ? "MET" : "MISSED"));
+            verdicts.push_back(fmt::format("{}: cold ship through the compiler process / in-process, medians: {:.3f} "
+                                           "(target <= 1.25) {}", tl, ratio, ratio <= 1.25 ? "MET" : "MISSED"));
         }
     } catch (const std::exception& e) {
         fmt::print(stderr, "ship_latency: {}\n", e.what());

@@ -213,7 +213,7 @@ TEST_CASE("a forbidden system call in the compiler is stopped by seccomp and rep
     agent_still_serves(agent);
 }
 
-TEST_CASE("a compiler killed from outside mid-compile fails that call only; the next call gets a fresh compiler",
+TEST_CASE("a compiler killed from outside mid-compile fails that call only, and the next call gets a fresh compiler",
           "[integration]") {
     AgentProcess agent(with_test_faults(), "tcp", {"--compiler-processes", "1", "--compiler-cpu-s", "60"});
     auto client = make_client();

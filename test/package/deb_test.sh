@@ -21,7 +21,7 @@ echo "package: $(basename "$deb"), $(stat -c %s "$deb") bytes"
 
 # 2. What is in it.
 dpkg-deb -c "$deb" | awk '{print $6}' >"$work/contents"
-for f in ./usr/bin/xagent ./usr/bin/xctl ./usr/bin/bitship-bundle ./usr/include/bitship/client.hpp \
+for f in ./usr/bin/xagent ./usr/bin/bitship-compiler ./usr/bin/xctl ./usr/bin/bitship-bundle ./usr/include/bitship/client.hpp \
          ./usr/include/bitship/kernel.h ./usr/include/bitship/peers.hpp ./usr/lib/libbitship_core.a \
          ./usr/lib/cmake/bitship/bitshipConfig.cmake ./usr/lib/cmake/bitship/BitshipKernels.cmake \
          ./usr/lib/pkgconfig/bitship.pc ./lib/systemd/system/xagent.service ./etc/bitship/xagent.toml \

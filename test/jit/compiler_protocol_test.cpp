@@ -1,0 +1,172 @@
+// The agent ⇄ bitship-compiler protocol, and a Jit whose compiles run in real compiler
+// processes. The agent-side integration tests (crashes, limits, seccomp) are in
+// test/agents/compiler_process_test.cpp.
+
+#include <catch2/catch.hpp>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+
+#include "compiler_protocol.hpp"
+#include "test_runtime.hpp"
+
+using namespace bitship;
+namespace proto = bitship::jit::compiler_protocol;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct SocketPair {
+    int fd[2] = {-1, -1};
+    SocketPair() { REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fd) == 0); }
+    ~SocketPair() {
+        ::close(fd[0]);
+        ::close(fd[1]);
+    }
+};
+
+proto::CompileReply sample_reply() {
+    proto::CompileReply r;
+    r.id = 7;
+    r.made.entries = {"add", "sub"};
+    r.made.object = {std::byte{0x7f}, std::byte{'E'}, std::byte{'L'}, std::byte{'F'}};
+    r.made.stats.verify_ms = 0.5;
+    r.made.stats.codegen_ms = 1.25;
+    return r;
+}
+
+} // namespace
+
+TEST_CASE("every compiler protocol message decodes to what was encoded", "[unit]") {
+    auto hello = proto::decode_hello(proto::encode(proto::Hello{proto::kVersion, 3, {"memcpy", "bs_args"}}));
+    REQUIRE(hello);
+    CHECK(hello->opt_level == 3);
+    CHECK(hello->allowed == std::vector<std::string>{"memcpy", "bs_args"});
+
+    CodeHash h{};
+    h.fill(0xab);
+    const std::vector<std::byte> bundle(100, std::byte{1});
+    auto request_bytes = proto::encode(proto::CompileRequest{42, jit::Tier::optimised, h, bundle});
+    auto request = proto::decode_compile(request_bytes);
+    REQUIRE(request);
+    CHECK(request->id == 42);
+    CHECK(request->tier == jit::Tier::optimised);
+    CHECK(request->expected == h);
+    CHECK(std::equal(request->bundle.begin(), request->bundle.end(), bundle.begin(), bundle.end()));
+
+    auto reply = proto::decode_compiled(proto::encode(sample_reply()));
+    REQUIRE(reply);
+    CHECK(reply->id == 7);
+    CHECK(reply->made.entries == std::vector<std::string>{"add", "sub"});
+    CHECK(reply->made.object.size() == 4);
+    CHECK(reply->made.stats.codegen_ms == 1.25);
+
+    auto failed = proto::decode_failed(proto::encode(proto::CompileFailure{9, {Errc::invalid_bitcode, "bad"}, true}));
+    REQUIRE(failed);
+    CHECK(failed->error.code == Errc::invalid_bitcode);
+    CHECK(failed->fatal);
+}
+
+TEST_CASE("a hostile compiler reply is refused as malformed, whatever part of it lies", "[unit]") {
+    auto good = proto::encode(sample_reply());
+    SECTION("cut short anywhere") {
+        for (std::size_t n = 0; n < good.size(); ++n) {
+            INFO(n);
+            auto r = proto::decode_compiled(std::span(good.data(), n));
+            REQUIRE_FALSE(r);
+            CHECK(r.error().code == Errc::malformed_message);
+        }
+    }
+    SECTION("an entry count the payload cannot hold (refused before anything is reserved)") {
+        auto bad = good;
+        const std::uint32_t huge = 0xffffffffu;
+        std::memcpy(bad.data() + 1 + 8 + 4 * 8, &huge, sizeof huge);
+        auto r = proto::decode_compiled(bad);
+        REQUIRE_FALSE(r);
+        CHECK(r.error().code == Errc::malformed_message);
+    }
+    SECTION("a stage time that is not a finite, sane number") {
+        auto bad = good;
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        std::memcpy(bad.data() + 1 + 8, &nan, sizeof nan);
+        CHECK_FALSE(proto::decode_compiled(bad));
+    }
+    SECTION("trailing bytes") {
+        auto bad = good;
+        bad.push_back(std::byte{0});
+        CHECK_FALSE(proto::decode_compiled(bad));
+    }
+    SECTION("a failure code this build does not know becomes compile_failed") {
+        auto bytes = proto::encode(proto::CompileFailure{1, {Errc::invalid_bitcode, "x"}, false});
+        const std::uint32_t unknown = 9999;
+        std::memcpy(bytes.data() + 1 + 8, &unknown, sizeof unknown);
+        auto f = proto::decode_failed(bytes);
+        REQUIRE(f);
+        CHECK(f->error.code == Errc::compile_failed);
+    }
+}
+
+TEST_CASE("a frame longer than the cap is refused before it is read, and a silent peer times out", "[unit]") {
+    SocketPair s;
+    const std::uint32_t length = proto::kMaxReplyFrame + 1;
+    REQUIRE(::write(s.fd[1], &length, sizeof length) == sizeof length);
+    auto big = proto::read_frame(s.fd[0], proto::kMaxReplyFrame, std::chrono::steady_clock::now() + 5s);
+    REQUIRE_FALSE(big);
+    CHECK(big.error().code == Errc::too_large);
+
+    auto silent = proto::read_frame(s.fd[0], proto::kMaxReplyFrame, std::chrono::steady_clock::now() + 20ms);
+    REQUIRE_FALSE(silent);
+    CHECK(silent.error().code == Errc::timeout);
+
+    ::close(s.fd[1]);
+    s.fd[1] = -1;
+    auto closed = proto::read_frame(s.fd[0], proto::kMaxReplyFrame);
+    REQUIRE_FALSE(closed);
+    CHECK(closed.error().code == Errc::disconnected);
+}
+
+TEST_CASE("a Jit compiling in bitship-compiler processes runs the kernel it links", "[integration]") {
+    jit::JitOptions o;
+    o.exports = jit_test::runtime_exports();
+    o.compiler.mode = jit::CompilerMode::process;
+    o.compiler.path = BITSHIP_COMPILER_PROGRAM;
+    o.compiler.processes = 1;
+    auto j = jit::Jit::create(o);
+    REQUIRE(j);
+    auto bundle = jit_test::make_bundle(jit_test::kernel_bitcode("add"), {"add"});
+    auto code = (*j)->compile(bundle.bytes, bundle.hash);
+    REQUIRE(code);
+    auto add = (*code)->entry("add");
+    REQUIRE(add);
+    std::array<std::uint64_t, 2> args{40, 2};
+    auto ctx = jit_test::call(*add, std::as_bytes(std::span(args)));
+    CHECK(jit_test::reply_u64(ctx) == 42);
+    CHECK((*code)->stats().codegen_ms > 0);
+
+    SECTION("and refuses what the policy refuses, with the same error as in-process") {
+        auto bad = jit_test::make_bundle(jit_test::kernel_bitcode("calls_system"), {"escape"});
+        auto refused = (*j)->compile(bad.bytes, bad.hash);
+        REQUIRE_FALSE(refused);
+        CHECK(refused.error().code == Errc::unresolved_symbol);
+        CHECK(refused.error().message == "kernel references 'system', which this agent does not export");
+    }
+    SECTION("and the tier-1 recompile also goes through it") {
+        (*j)->drain_tier_ups();
+        auto best = (*j)->find(bundle.hash);
+        REQUIRE(best);
+        CHECK(best->stats().tier == 1);
+    }
+}
+
+TEST_CASE("a missing compiler program is a clear error at start, naming where it looked", "[unit]") {
+    jit::JitOptions o;
+    o.compiler.mode = jit::CompilerMode::process;
+    o.compiler.path = "/nonexistent/bitship-compiler";
+    auto j = jit::Jit::create(o);
+    REQUIRE_FALSE(j);
+    CHECK(j.error().code == Errc::io_error);
+    CHECK_THAT(j.error().message, Catch::Contains("/nonexistent/bitship-compiler") && Catch::Contains("--compiler=in-process"));
+}

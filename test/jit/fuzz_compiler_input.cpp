@@ -1,0 +1,82 @@
+// libFuzzer target for what crosses the agent ⇄ bitship-compiler socket (compiler_protocol.hpp),
+// both ways: the compiler's input (HELLO and COMPILE, and behind COMPILE the bundle checks and
+// slice choice) and the agent's (READY, COMPILED, FAILED: a compromised compiler's reply is
+// hostile bytes too). Properties checked beyond "no crash, no sanitizer report":
+//   - every message that decodes encodes back to exactly the same bytes (one encoding each);
+//   - a decoded COMPILE's bundle lies inside the input;
+//   - a decoded COMPILED's sizes stay within the caps.
+// With BITSHIP_FUZZ_LLVM=1 in the environment, a COMPILE that decodes is also compiled in this
+// process (parse, verify, code policy, allow-list, tier-0 codegen), as bitship-compiler would;
+// LLVM 19's bitcode reader crashes on some byte-flipped slices (test/agents/crafted), which is
+// why the agent runs it in a separate process: expect such crashes there, not in our code.
+// Built with BITSHIP_FUZZ=ON (clang):
+//   ./build-fuzz/test/jit/fuzz_compiler_input -max_total_time=60 -max_len=65536 test/jit/fuzz_compiler_corpus
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <span>
+#include <string_view>
+
+#include <bitship/bundle.hpp>
+
+#include "compile_to_object.hpp"
+#include "compiler_protocol.hpp"
+
+namespace proto = bitship::jit::compiler_protocol;
+
+namespace {
+
+void check(bool ok) {
+    if (!ok) std::abort(); // a broken property: libFuzzer saves the input
+}
+
+template <class M> void round_trips(std::span<const std::byte> payload, const bitship::Result<M>& m) {
+    if (!m) return;
+    auto again = proto::encode(*m);
+    check(again.size() == payload.size() && std::equal(again.begin(), again.end(), payload.begin()));
+}
+
+bitship::jit::InProcessCompiler* llvm_compiler() {
+    static std::unique_ptr<bitship::jit::InProcessCompiler> compiler = []() -> std::unique_ptr<bitship::jit::InProcessCompiler> {
+        const char* on = std::getenv("BITSHIP_FUZZ_LLVM");
+        if (on == nullptr || std::string_view(on) != "1") return nullptr;
+        auto c = bitship::jit::InProcessCompiler::create({"memcpy", "bs_args", "bs_reply", "bs_fail"}, 0);
+        return c ? std::move(*c) : nullptr;
+    }();
+    return compiler.get();
+}
+
+} // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+    const auto payload = std::as_bytes(std::span(data, size));
+    auto type = proto::type_of(payload);
+    if (!type) return 0;
+    switch (*type) {
+    case proto::Type::hello: round_trips(payload, proto::decode_hello(payload)); break;
+    case proto::Type::ready: round_trips(payload, proto::decode_ready(payload)); break;
+    case proto::Type::failed: round_trips(payload, proto::decode_failed(payload)); break;
+    case proto::Type::compiled: {
+        auto m = proto::decode_compiled(payload);
+        if (m) {
+            check(m->made.entries.size() <= proto::kMaxEntries && !m->made.object.empty());
+            check(m->made.object.size() + m->made.slice_bundle.size() < size);
+        }
+        round_trips(payload, m);
+        break;
+    }
+    case proto::Type::compile: {
+        auto m = proto::decode_compile(payload);
+        round_trips(payload, m);
+        if (!m) break;
+        check(m->bundle.data() >= payload.data() && m->bundle.data() + m->bundle.size() <= payload.data() + payload.size());
+        // What the compiler does first with it: the container and its hashes.
+        if (auto view = bitship::BundleView::parse(m->bundle))
+            for (const auto& s : view->slices) (void)bitship::normalise_triple(s.triple);
+        if (auto* compiler = llvm_compiler()) (void)compiler->compile(m->bundle, m->expected, m->tier);
+        break;
+    }
+    }
+    return 0;
+}
