@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -98,7 +99,7 @@ struct CompilerProcesses::State {
     std::vector<Process> slots;
     std::vector<bool> busy;
     std::uint64_t next_id = 1;
-    bool warned_unconfined = false;
+    std::atomic<bool> warned_unconfined{false};
 
     ~State() {
         for (auto& p : slots) stop(p);
@@ -161,8 +162,7 @@ struct CompilerProcesses::State {
         }
         auto ready = proto::decode_ready(*frame);
         if (!ready) return failed(ready.error().message);
-        if (!ready->confined && !warned_unconfined) {
-            warned_unconfined = true;
+        if (!ready->confined && !warned_unconfined.exchange(true)) {
             spdlog::warn("jit: the compiler process runs without its seccomp filter: {}", ready->note);
         }
         // The limit counts from its size now: libLLVM, the allocator's arenas, the warm-up.
@@ -284,14 +284,6 @@ Result<std::unique_ptr<CompilerProcesses>> CompilerProcesses::start(CompilerProc
                   state->slots.size(), state->options.program.string(), state->options.cpu_limit.count(),
                   state->options.memory_bytes >> 20);
     return std::unique_ptr<CompilerProcesses>(new CompilerProcesses(std::move(state)));
-}
-
-std::vector<pid_t> CompilerProcesses::pids() const {
-    std::lock_guard lock(state_->mutex);
-    std::vector<pid_t> out;
-    for (const auto& p : state_->slots)
-        if (p.pid >= 0) out.push_back(p.pid);
-    return out;
 }
 
 Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier) {

@@ -51,9 +51,6 @@ public:
 
     Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier) override;
 
-    /// The process ids of the running compilers (tests and diagnostics).
-    [[nodiscard]] std::vector<pid_t> pids() const;
-
     struct State;
 
 private:

@@ -21,7 +21,7 @@ bool can_confine() { return true; }
 
 Result<void> confine_compiler(int fd) {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_KILL_PROCESS);
-    if (ctx == nullptr) return fail(Errc::io_error, "seccomp_init failed");
+    if (ctx == nullptr) return fail(Errc::io_error, "seccomp_init failed (this kernel, or an emulator such as qemu-user, offers no seccomp)");
     struct Release {
         scmp_filter_ctx ctx;
         ~Release() { seccomp_release(ctx); }
