@@ -52,6 +52,7 @@
 #include <llvm/Support/raw_ostream.h>
 #include <llvm/Target/TargetMachine.h>
 
+#include "call_guard.hpp"
 #include "code_policy.hpp"
 #include "llvm_error.hpp"
 #include "optimise.hpp"
@@ -288,6 +289,7 @@ Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const C
     // 6. The code policy and the allow-list, before anything is optimised or generated.
     if (auto allowed = check_code_policy(*module); !allowed) return tl::make_unexpected(allowed.error());
     if (auto allowed = st.allow.check(*module); !allowed) return tl::make_unexpected(allowed.error());
+    guard_indirect_calls(*module);
 
     // The bundle's entries this module defines (and exports); the others fail later, in
     // entry(), with entry_not_found.

@@ -38,6 +38,12 @@ struct Export {
 /// The curated libc/libm/compiler-runtime subset every agent exports (memcpy, memset, sqrt, ...).
 std::vector<Export> curated_exports();
 
+/// What shipped code calls, instead of making the call, when the run-time check of policy rule
+/// no-forged-call finds an indirect call to something the kernel does not define. It never
+/// returns. The curated export traps (SIGILL); an agent exports its own under this name that
+/// stops the kernel with policy_violation.
+inline constexpr const char* kForgedCallSymbol = "__bitship_forged_call";
+
 struct JitOptions {
     /// The kernel.h runtime plus what the operator exports on purpose; the curated libc/libm
     /// subset is added by the JIT itself. Nothing outside these resolves.
