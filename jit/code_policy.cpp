@@ -6,6 +6,7 @@
 #include <llvm/IR/GlobalVariable.h>
 #include <llvm/IR/InlineAsm.h>
 #include <llvm/IR/InstrTypes.h>
+#include <llvm/IR/Instructions.h>
 #include <llvm/IR/Module.h>
 
 #include <llvm/IR/Constants.h>
@@ -35,6 +36,11 @@ constexpr Rule kThreadLocal{"no-thread-local", "thread-local variables are not a
 constexpr Rule kForgedCall{"no-forged-call",
                            "calls through a pointer made from an integer or from a function's address plus an offset "
                            "are not allowed; indirect calls may only reach functions the kernel defines"};
+constexpr Rule kIndirectBranch{"no-indirect-branch", "computed gotos (indirectbr) are not allowed"};
+constexpr Rule kRawCode{"no-raw-code",
+                        "prologue data, prefix data and personality functions are not allowed (they place bytes the "
+                        "kernel chose in executable memory, or code the unwinder would run)"};
+constexpr Rule kSection{"no-section", "explicit sections are not allowed (data placed among code)"};
 constexpr Rule kIntrinsic{"listed-intrinsics-only", "this LLVM intrinsic is not on the agent's list"};
 
 // The LLVM intrinsics shipped code may use: plain computation and memory the kernel already
@@ -113,6 +119,7 @@ Result<void> check_code_policy(const llvm::Module& module) {
         if (g.hasAppendingLinkage()) return tl::make_unexpected(refuse(kAppending, name_of(g)));
         if (g.getName().starts_with("llvm.")) return tl::make_unexpected(refuse(kReserved, name_of(g)));
         if (g.isThreadLocal()) return tl::make_unexpected(refuse(kThreadLocal, name_of(g)));
+        if (g.hasSection()) return tl::make_unexpected(refuse(kSection, name_of(g)));
     }
     for (const auto& a : module.aliases()) return tl::make_unexpected(refuse(kAlias, name_of(a)));
     for (const auto& i : module.ifuncs()) return tl::make_unexpected(refuse(kIfunc, name_of(i)));
@@ -122,8 +129,13 @@ Result<void> check_code_policy(const llvm::Module& module) {
         if (f.isDeclaration() && f.getName().starts_with("llvm.") && !listed_intrinsic(f.getName()))
             return tl::make_unexpected(refuse(kIntrinsic, name_of(f)));
         if (f.isThreadLocal()) return tl::make_unexpected(refuse(kThreadLocal, name_of(f)));
+        if (f.hasSection()) return tl::make_unexpected(refuse(kSection, name_of(f)));
+        if (f.hasPrologueData() || f.hasPrefixData() || f.hasPersonalityFn())
+            return tl::make_unexpected(refuse(kRawCode, name_of(f)));
         for (const auto& block : f)
             for (const auto& inst : block) {
+                if (llvm::isa<llvm::IndirectBrInst>(inst))
+                    return tl::make_unexpected(refuse(kIndirectBranch, fmt::format("function '{}'", f.getName().str())));
                 const auto* call = llvm::dyn_cast<llvm::CallBase>(&inst);
                 if (call == nullptr) continue;
                 if (call->isInlineAsm())

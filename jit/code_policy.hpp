@@ -14,6 +14,10 @@
 //   no-alias             a global alias
 //   no-ifunc             an ifunc (its resolver would run at link time, in the agent)
 //   no-thread-local      a thread_local variable (kernels run on whichever worker)
+//   no-section           a global or function with an explicit section (data placed among code)
+//   no-raw-code          prologue data, prefix data (bytes of the author's choosing at a
+//                        function's entry, in executable memory) or a personality function
+//   no-indirect-branch   a computed goto (indirectbr jumps to any address it is given)
 //   listed-intrinsics-only
 //                        a declared llvm.* intrinsic not in kIntrinsicFamilies (computation,
 //                        memory the kernel reaches, hints, debug info, vector reductions)

@@ -280,7 +280,8 @@ TEST_CASE("the code policy refuses asm, constructors, thread-locals, aliases, un
                                                  {3, "no-appending-global"},    {4, "no-thread-local"},
                                                  {5, "no-alias"},               {6, "listed-intrinsics-only"},
                                                  {7, "no-forged-call"},         {8, "no-forged-call"},
-                                                 {9, "listed-intrinsics-only"}};
+                                                 {9, "listed-intrinsics-only"}, {10, "no-indirect-branch"},
+                                                 {11, "no-section"}};
     for (auto [n, rule] : cases) {
         INFO("case " << n << ", rule " << rule);
         auto bundle = kernel_bundle("policy_" + std::to_string(n), {"bad"});

@@ -45,4 +45,20 @@ BS_KERNEL(bad) {
     void* back = __builtin_return_address(0);
     bs_reply(ctx, &back, sizeof back);
 }
+#elif CASE == 10 /* a computed goto: indirectbr jumps wherever its address says */
+BS_KERNEL(bad) {
+    size_t len;
+    const int64_t* offset = (const int64_t*)bs_args(ctx, &len);
+    static void* const labels[] = {&&one, &&two};
+    void* where = (char*)labels[*offset & 1] + (*offset >> 1);
+    uint64_t r = 0;
+    goto *where;
+one:
+    r = 1;
+two:
+    bs_reply(ctx, &r, sizeof r);
+}
+#elif CASE == 11 /* data in the code section */
+__attribute__((section(".text"))) const unsigned char payload[] = {0x0f, 0x05, 0xc3}; /* syscall; ret */
+BS_KERNEL(bad) { bs_reply(ctx, payload, sizeof payload); }
 #endif
