@@ -55,6 +55,9 @@ Slot& my_slot() {
 
 struct sigaction g_previous[65];
 
+// Slot::signal when the kernel was stopped by stop_forged_call(), not by a signal.
+constexpr int kForgedCall = -1;
+
 void on_signal(int sig, siginfo_t* info, void* uctx) {
     Slot* s = t_slot;
     if (sig == kTimeoutSignal) {
@@ -126,6 +129,16 @@ void prepare_worker_thread() {
     my_slot();
 }
 
+void stop_forged_call() {
+    Slot* s = t_slot;
+    if (s && s->active) {
+        s->active = 0;
+        s->signal = kForgedCall;
+        siglongjmp(s->jump, 1);
+    }
+    __builtin_trap();
+}
+
 std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget, void (*started)(void*),
                                  void* started_arg) {
     Slot& s = my_slot();
@@ -143,7 +156,11 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
         s.active = 0;
     } else {
         int sig = s.signal;
-        if (sig == kTimeoutSignal)
+        if (sig == kForgedCall)
+            outcome = Error{Errc::policy_violation,
+                            "kernel code policy, rule no-forged-call: the kernel made an indirect call to an address that "
+                            "is no function it defines; it was stopped before the call"};
+        else if (sig == kTimeoutSignal)
             outcome = Error{Errc::kernel_timeout, fmt::format("kernel ran past its {} ms budget and was stopped", budget.count())};
         else
             outcome = Error{Errc::kernel_crashed,

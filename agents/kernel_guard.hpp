@@ -34,6 +34,10 @@ void prepare_worker_thread();
 std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget,
                                  void (*started)(void*) = nullptr, void* started_arg = nullptr);
 
+/// What shipped code calls in place of a forged indirect call (jit::kForgedCallSymbol): stops
+/// the running kernel with policy_violation (rule no-forged-call). Outside a kernel it traps.
+[[noreturn]] void stop_forged_call();
+
 /// Whether any worker runs a kernel with a budget right now (the watchdog has work). Any thread.
 bool kernels_running();
 

@@ -1,5 +1,7 @@
 #include "runtime.hpp"
 
+#include "kernel_guard.hpp"
+
 #include <cstring>
 
 #include <fmt/format.h>
@@ -122,6 +124,9 @@ std::vector<jit::Export> runtime_exports() {
         {"bs_self", reinterpret_cast<void*>(&bs_self)},
         {"bs_forward", reinterpret_cast<void*>(&bs_forward)},
         {"bs_ship", reinterpret_cast<void*>(&bs_ship)},
+        // Replaces the JIT's trapping default: a forged indirect call stops the kernel with
+        // policy_violation, naming the rule.
+        {jit::kForgedCallSymbol, reinterpret_cast<void*>(&stop_forged_call)},
     };
 }
 

@@ -14,6 +14,18 @@
 //   no-alias             a global alias
 //   no-ifunc             an ifunc (its resolver would run at link time, in the agent)
 //   no-thread-local      a thread_local variable (kernels run on whichever worker)
+//   no-section           a global or function with an explicit section (data placed among code)
+//   no-raw-code          prologue data, prefix data (bytes of the author's choosing at a
+//                        function's entry, in executable memory) or a personality function
+//   no-indirect-branch   a computed goto (indirectbr jumps to any address it is given)
+//   listed-intrinsics-only
+//                        a declared llvm.* intrinsic not in kIntrinsicFamilies (computation,
+//                        memory the kernel reaches, hints, debug info, vector reductions)
+//   no-forged-call       a call through a pointer made from an integer or a constant address,
+//                        or from a function's address plus an offset; at compile time where it
+//                        can be seen, and at run time for every other indirect call
+//                        (call_guard.hpp): only functions the module defines may be reached
+//                        indirectly; allow-listed functions are called directly
 // Each refusal is Errc::policy_violation and names the symbol (or function) and the rule.
 
 #include <bitship/errc.hpp>

@@ -27,6 +27,7 @@
 #include <llvm/Target/TargetMachine.h>
 
 #include "allow_list.hpp"
+#include "call_guard.hpp"
 #include "code_policy.hpp"
 #include "llvm_error.hpp"
 #include "optimise.hpp"
@@ -191,12 +192,14 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
         if (broken_debug_info) llvm::StripDebugInfo(*module);
     }
 
-    // 6. The code policy and the allow-list, before anything is optimised or generated. Module
-    //    passes that check or instrument shipped code go here, in this order.
+    // 6. The code policy and the allow-list, before anything is optimised or generated; then
+    //    the run-time checks of the indirect calls. Module passes that check or instrument
+    //    shipped code go here, in this order.
     if (auto allowed = check_code_policy(*module); !allowed) return tl::make_unexpected(allowed.error());
     if (auto allowed = AllowList::check(*module, [&](std::string_view name) { return st.allowed.contains(name); });
         !allowed)
         return tl::make_unexpected(allowed.error());
+    guard_indirect_calls(*module);
 
     // The bundle's entries this module defines (and exports); the others fail later, in
     // entry(), with entry_not_found.

@@ -41,11 +41,15 @@ constexpr std::array kLibcNames = {
     "__stack_chk_guard",
 };
 
+/// Where no agent says otherwise, a forged indirect call ends in an illegal instruction: the
+/// kernel stops, the call is never made.
+[[noreturn]] void trap_forged_call() { __builtin_trap(); }
+
 } // namespace
 
 std::vector<Export> curated_exports() {
     std::vector<Export> out;
-    out.reserve(kLibcNames.size() + 5);
+    out.reserve(kLibcNames.size() + 6);
     for (const char* name : kLibcNames)
         if (void* address = ::dlsym(RTLD_DEFAULT, name)) out.push_back({name, address});
     out.push_back({"__divti3", reinterpret_cast<void*>(&__divti3)});
@@ -53,6 +57,7 @@ std::vector<Export> curated_exports() {
     out.push_back({"__udivti3", reinterpret_cast<void*>(&__udivti3)});
     out.push_back({"__umodti3", reinterpret_cast<void*>(&__umodti3)});
     out.push_back({"__stack_chk_fail", reinterpret_cast<void*>(&__stack_chk_fail)});
+    out.push_back({kForgedCallSymbol, reinterpret_cast<void*>(&trap_forged_call)});
     return out;
 }
 

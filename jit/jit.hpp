@@ -61,6 +61,12 @@ struct CompilerOptions {
     std::size_t memory_mib = 2048;
 };
 
+/// What shipped code calls, instead of making the call, when the run-time check of policy rule
+/// no-forged-call finds an indirect call to something the kernel does not define. It never
+/// returns. The curated export traps (SIGILL); an agent exports its own under this name that
+/// stops the kernel with policy_violation.
+inline constexpr const char* kForgedCallSymbol = "__bitship_forged_call";
+
 struct JitOptions {
     /// The kernel.h runtime plus what the operator exports on purpose; the curated libc/libm
     /// subset is added by the JIT itself. Nothing outside these resolves.

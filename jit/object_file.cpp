@@ -16,7 +16,8 @@
 namespace bitship::jit {
 namespace {
 
-constexpr std::array<char, 8> kMagic{'B', 'S', 'O', 'B', 'J', '0', '0', '1'};
+// 002: objects carry the run-time indirect-call checks; older ones are refused and remade.
+constexpr std::array<char, 8> kMagic{'B', 'S', 'O', 'B', 'J', '0', '0', '2'};
 /// No field of a sane file comes near this; a larger length is damage, not data.
 constexpr std::uint64_t kMaxFieldBytes = std::uint64_t{1} << 32;
 

@@ -1,19 +1,25 @@
+#include <dlfcn.h>
 #include <sys/resource.h>
+#include <unistd.h>
 // Integration tests: real xagent processes, real UCX over loopback (TCP and shared memory),
 // real LLVM JIT. Nothing here is pre-installed on the agents: every kernel travels as bitcode.
 
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <signal.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <filesystem>
 #include <map>
 #include <thread>
 
 #include <bitship/client.hpp>
 #include <behaviour_kernels.hpp>
 #include <forbidden_kernels.hpp>
+#include <forged_kernels.hpp>
 #include <other_arch_kernels.hpp>
 
 #include "launcher.hpp"
@@ -151,6 +157,39 @@ TEST_CASE("a kernel that calls system is refused at link time, naming the symbol
     auto ok = client.ship(behaviour_kernels::add, target, std::uint64_t{2}, std::uint64_t{2}).get_as<std::uint64_t>();
     REQUIRE(ok);
     CHECK(*ok == 4);
+}
+
+TEST_CASE("a kernel that forges a call to system from an exported function's address is stopped before the call",
+          "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    AgentProcess agent(transport);
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+    // The agent runs the same libc as this test: labs + offset is system there too.
+    struct {
+        std::int64_t offset;
+        char command[64];
+    } args{};
+    auto* labs_at = reinterpret_cast<char*>(::dlsym(RTLD_DEFAULT, "labs"));
+    auto* system_at = reinterpret_cast<char*>(::dlsym(RTLD_DEFAULT, "system"));
+    REQUIRE(labs_at != nullptr);
+    REQUIRE(system_at != nullptr);
+    args.offset = system_at - labs_at;
+    const auto witness = std::filesystem::temp_directory_path() / fmt::format("bitship-forged-{}", ::getpid());
+    std::filesystem::remove(witness);
+    std::snprintf(args.command, sizeof args.command, "touch %s", witness.c_str());
+    auto r = client.ship(forged_kernels::forged_call, target, args).get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::policy_violation);
+    CHECK_THAT(r.error().message, Catch::Contains("no-forged-call"));
+    CHECK_FALSE(std::filesystem::exists(witness));
+    // Indirect calls to the kernel's own functions still run, and the agent keeps serving.
+    auto twice = client.ship(behaviour_kernels::apply, target, std::uint64_t{0}, std::uint64_t{21}).get_as<std::uint64_t>();
+    auto square = client.ship(behaviour_kernels::apply, target, std::uint64_t{1}, std::uint64_t{9}).get_as<std::uint64_t>();
+    REQUIRE(twice);
+    REQUIRE(square);
+    CHECK(*twice == 42);
+    CHECK(*square == 81);
 }
 
 TEST_CASE("a bundle with no slice for the agent's architecture fails with both triples named", "[integration]") {

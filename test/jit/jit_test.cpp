@@ -272,11 +272,16 @@ TEST_CASE("corrupt bitcode is invalid_bitcode, never a crash", "[unit]") {
     }
 }
 
-TEST_CASE("the code policy refuses asm, constructors, thread-locals and aliases before code generation, naming the rule",
+TEST_CASE("the code policy refuses asm, constructors, thread-locals, aliases, unlisted intrinsics and forged calls "
+          "before code generation, naming the rule",
           "[unit]") {
     auto j = make_jit();
-    const std::pair<int, const char*> cases[] = {{1, "no-inline-asm"}, {2, "no-module-asm"}, {3, "no-appending-global"},
-                                                 {4, "no-thread-local"}, {5, "no-alias"}};
+    const std::pair<int, const char*> cases[] = {{1, "no-inline-asm"},          {2, "no-module-asm"},
+                                                 {3, "no-appending-global"},    {4, "no-thread-local"},
+                                                 {5, "no-alias"},               {6, "listed-intrinsics-only"},
+                                                 {7, "no-forged-call"},         {8, "no-forged-call"},
+                                                 {9, "listed-intrinsics-only"}, {10, "no-indirect-branch"},
+                                                 {11, "no-section"}};
     for (auto [n, rule] : cases) {
         INFO("case " << n << ", rule " << rule);
         auto bundle = kernel_bundle("policy_" + std::to_string(n), {"bad"});

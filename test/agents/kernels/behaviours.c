@@ -57,3 +57,20 @@ BS_KERNEL(busy_count) {
     uint64_t out = limit;
     bs_reply(ctx, &out, sizeof out);
 }
+
+/* Indirect calls to the kernel's own functions, through a table chosen by the argument: the
+ * run-time check of policy rule no-forged-call lets these through. */
+static uint64_t twice(uint64_t x) { return 2 * x; }
+static uint64_t square(uint64_t x) { return x * x; }
+static uint64_t (*const volatile operations[2])(uint64_t) = {twice, square};
+
+BS_KERNEL(apply) {
+    size_t len;
+    const uint64_t* in = (const uint64_t*)bs_args(ctx, &len);
+    if (len != 2 * sizeof(uint64_t) || in[0] > 1) {
+        bs_fail(ctx, 1, "apply: expected an operation (0 or 1) and a value");
+        return;
+    }
+    uint64_t r = operations[in[0]](in[1]);
+    bs_reply(ctx, &r, sizeof r);
+}

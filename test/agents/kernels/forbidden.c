@@ -7,3 +7,4 @@ BS_KERNEL(run_shell) {
     int rc = system("echo pwned");
     bs_reply(ctx, &rc, sizeof rc);
 }
+
