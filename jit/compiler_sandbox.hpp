@@ -10,7 +10,8 @@
 //   clock_gettime, clock_getres, gettimeofday: stage timings (usually the vDSO, no call at all)
 //   exit, exit_group, rt_sigreturn
 //   rt_sigprocmask, getpid, gettid, tgkill (this process only): what abort() does, so an LLVM
-//                   abort is reported as SIGABRT rather than as a seccomp kill
+//                   abort is reported as SIGABRT rather than as a seccomp kill; sigaltstack
+//                   only to ask (the sanitizers' runtimes ask on their way out)
 // No open, no socket, no fork or clone, no exec, no ptrace: a bug in LLVM's bitcode reader
 // gains an attacker a process that can only answer the agent, within its CPU and memory limits.
 
