@@ -2,7 +2,8 @@
 // both ways: the compiler's input (HELLO and COMPILE, and behind COMPILE the bundle checks and
 // slice choice) and the agent's (READY, COMPILED, FAILED: a compromised compiler's reply is
 // hostile bytes too). Properties checked beyond "no crash, no sanitizer report":
-//   - every message that decodes encodes back to exactly the same bytes (one encoding each);
+//   - every message that decodes encodes back to exactly the same bytes (one encoding each;
+//     a FAILED with a code this build does not know decodes again to the same message);
 //   - a decoded COMPILE's bundle lies inside the input;
 //   - a decoded COMPILED's sizes stay within the caps.
 // With BITSHIP_FUZZ_LLVM=1 in the environment, a COMPILE that decodes is also compiled in this
@@ -56,7 +57,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     switch (*type) {
     case proto::Type::hello: round_trips(payload, proto::decode_hello(payload)); break;
     case proto::Type::ready: round_trips(payload, proto::decode_ready(payload)); break;
-    case proto::Type::failed: round_trips(payload, proto::decode_failed(payload)); break;
+    case proto::Type::failed: {
+        // A code this build does not know decodes as compile_failed: then it encodes the same
+        // apart from that code.
+        auto m = proto::decode_failed(payload);
+        if (m) {
+            auto again = proto::decode_failed(proto::encode(*m));
+            check(again && again->id == m->id && again->error.code == m->error.code &&
+                  again->error.message == m->error.message && again->fatal == m->fatal);
+        }
+        break;
+    }
     case proto::Type::compiled: {
         auto m = proto::decode_compiled(payload);
         if (m) {
