@@ -42,7 +42,11 @@ struct AgentConfig {
     std::size_t cache_mib = 0;      ///< jit::JitOptions::cache_mib (0: unbounded)
     std::size_t cache_disk_mib = 0; ///< jit::JitOptions::cache_disk_mib (0: unbounded)
     /// Where shipped bitcode is compiled: confined bitship-compiler processes by default.
-    jit::CompilerOptions compiler{.mode = jit::CompilerMode::process};
+    jit::CompilerOptions compiler = [] {
+        jit::CompilerOptions c;
+        c.mode = jit::CompilerMode::process;
+        return c;
+    }();
     std::chrono::milliseconds kernel_timeout{10000};
     wire::Limits limits;
     bool loopback_only = false;
