@@ -107,7 +107,6 @@ struct Counters {
 #undef X
 };
 
-struct Agent::Impl;
 /// trust.cpp: the access mode, authorized keys, identity and signature table from the config;
 /// fails (naming the file, or the address) where the config is not safe to start with.
 Result<void> set_up_trust(Agent::Impl& impl);

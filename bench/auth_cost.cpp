@@ -105,7 +105,8 @@ int main(int argc, char** argv) {
             auto transport = parse_transport(tl);
             if (!transport) throw std::runtime_error(transport.error().message);
             launch::AgentProcess keyed(tl, agent_args(cfg));
-            launch::AgentProgram open_program{launch::AgentProcess::binary()};
+            launch::AgentProgram open_program;
+            open_program.path = launch::AgentProcess::binary();
             open_program.open = true;
             launch::AgentProcess open(open_program, tl, agent_args(cfg));
             auto client = make_client(*transport, cfg);

@@ -440,7 +440,8 @@ TEST_CASE("xctl key makes a 0600 key and prints its fingerprint; xctl without a 
 
 TEST_CASE("open access: loopback admits clients without keys; beyond loopback only with --insecure, which WELCOME says",
           "[integration]") {
-    launch::AgentProgram open_program{launch::AgentProcess::binary()};
+    launch::AgentProgram open_program;
+    open_program.path = launch::AgentProcess::binary();
     open_program.open = true;
     {
         AgentProcess agent(open_program, "tcp");
