@@ -78,10 +78,22 @@ Client make_client(const std::string& transport, const fs::path& identity = {}, 
     o.transport = *parse_transport(transport);
     o.loopback_only = true;
     o.call_timeout = 20s;
-    o.identity = identity;
+    // The test key unless told otherwise (BITSHIP_IDENTITY is set only once an agent started).
+    o.identity = identity.empty() && std::getenv("BITSHIP_IDENTITY") == nullptr ? launch::test_keys().secret : identity;
     o.author = author;
     auto c = Client::create(o);
     INFO((c ? std::string() : c.error().describe()));
+    REQUIRE(c);
+    return std::move(*c);
+}
+
+// A client with no key at all (BITSHIP_IDENTITY must be unset: NoIdentityEnv).
+Client make_keyless_client(const std::string& transport) {
+    ClientOptions o;
+    o.transport = *parse_transport(transport);
+    o.loopback_only = true;
+    o.call_timeout = 20s;
+    auto c = Client::create(o);
     REQUIRE(c);
     return std::move(*c);
 }
@@ -146,7 +158,7 @@ struct NoIdentityEnv {
 
 } // namespace
 
-TEST_CASE("a client whose key the agent does not know is refused at connect, naming the key; logged once", "[integration]") {
+TEST_CASE("a client whose key the agent does not know is refused at connect, naming the key, and logged once", "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
     TempDir dir;
@@ -244,7 +256,7 @@ TEST_CASE("a recorded handshake is refused on another connection and by the rest
     agent_still_serves("tcp", restarted);
 }
 
-TEST_CASE("a stolen key removed from the authorized keys and SIGHUP sent: refused from its next call on; the other key works",
+TEST_CASE("a stolen key removed from the authorized keys and SIGHUP sent is refused from its next call on, and the other key works",
           "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
@@ -313,7 +325,7 @@ TEST_CASE("code signed by an author the agent does not authorize is refused, eve
     agent_still_serves(transport, agent); // the same code, signed by an authorized author, runs
 }
 
-TEST_CASE("forwarded code keeps its author's signature: the next agent checks the author, not the forwarder",
+TEST_CASE("forwarded code keeps its author's signature, so the next agent checks the author, not the forwarder",
           "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
@@ -378,7 +390,7 @@ TEST_CASE("a peer that does not know the forwarding agent's key refuses the forw
     CHECK(*local == 5);
 }
 
-TEST_CASE("secret key files others may read are refused by clients and agents; a malformed authorized key is named",
+TEST_CASE("secret key files others may read are refused by clients and agents, and a malformed authorized key is named",
           "[integration]") {
     TempDir dir;
     auto key = make_key(dir.path, "loose");
@@ -398,7 +410,7 @@ TEST_CASE("secret key files others may read are refused by clients and agents; a
                       Catch::Contains(file.string() + " line 3"));
 }
 
-TEST_CASE("xctl key makes a 0600 key and prints its fingerprint; xctl without a key is refused by a keyed agent",
+TEST_CASE("xctl key makes a 0600 key and prints its fingerprint, and xctl without a key is refused by a keyed agent",
           "[integration]") {
     TempDir dir;
     auto run = [](const std::string& cmd) {
@@ -438,7 +450,7 @@ TEST_CASE("xctl key makes a 0600 key and prints its fingerprint; xctl without a 
     CHECK_THAT(info, Catch::Contains("keys (1 authorized; signed code only)"));
 }
 
-TEST_CASE("open access: loopback admits clients without keys; beyond loopback only with --insecure, which WELCOME says",
+TEST_CASE("open access admits clients without keys on loopback, beyond it only with --insecure, which WELCOME says",
           "[integration]") {
     launch::AgentProgram open_program;
     open_program.path = launch::AgentProcess::binary();
@@ -446,7 +458,7 @@ TEST_CASE("open access: loopback admits clients without keys; beyond loopback on
     {
         AgentProcess agent(open_program, "tcp");
         NoIdentityEnv no_key;
-        auto client = make_client("tcp");
+        auto client = make_keyless_client("tcp");
         auto t = client.connect(agent.address());
         REQUIRE(t);
         CHECK(t->info().access == AgentAccess::open);
@@ -457,7 +469,7 @@ TEST_CASE("open access: loopback admits clients without keys; beyond loopback on
     {
         AgentProcess keyed("tcp");
         NoIdentityEnv no_key;
-        auto client = make_client("tcp");
+        auto client = make_keyless_client("tcp");
         auto t = client.connect(keyed.address());
         REQUIRE_FALSE(t);
         CHECK(t.error().code == Errc::unauthorized);
@@ -477,7 +489,7 @@ TEST_CASE("open access: loopback admits clients without keys; beyond loopback on
     CHECK(*r == 11);
 }
 
-TEST_CASE("code loaded from the disk cache after a restart keeps its author's signature: nothing is resent", "[integration]") {
+TEST_CASE("code loaded from the disk cache after a restart keeps its author's signature, so nothing is resent", "[integration]") {
     TempDir dir;
     auto port = launch::free_port();
     auto client = make_client("tcp");

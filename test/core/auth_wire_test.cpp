@@ -98,7 +98,7 @@ TEST_CASE("WELCOME session fields cut short or naming an unknown access mode are
     CHECK_THAT(m.error().message, Catch::Contains("access mode 7"));
 }
 
-TEST_CASE("AUTH round trips its key and signature; any truncation is refused", "[unit]") {
+TEST_CASE("AUTH round trips its key and signature, and any truncation is refused", "[unit]") {
     wire::Auth a;
     a.key.fill(5);
     a.signature.fill(6);
@@ -119,7 +119,7 @@ TEST_CASE("AUTH round trips its key and signature; any truncation is refused", "
     CHECK(wire::to_string(wire::Type::auth) == "AUTH");
 }
 
-TEST_CASE("a RUN carries its code's signatures; one without them decodes with none", "[unit]") {
+TEST_CASE("a RUN carries its code's signatures, and one without them decodes with none", "[unit]") {
     for (std::size_t n : {0u, 1u, 3u}) {
         auto e = signed_run(n);
         auto m = wire::decode(e.header, e.payload);

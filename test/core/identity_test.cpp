@@ -149,7 +149,7 @@ TEST_CASE("an authorized keys file takes comments and blank lines, and names the
     CHECK(missing.error().code == Errc::io_error);
 }
 
-TEST_CASE("a session signature holds for its challenge, instance and key only; a code signature is no session one", "[unit]") {
+TEST_CASE("a session signature holds for its challenge, instance and key only, and a code signature is no session one", "[unit]") {
     auto id = Identity::generate("s");
     auto other = Identity::generate("o");
     REQUIRE(id);
