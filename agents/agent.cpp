@@ -37,6 +37,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
         return fail(Errc::invalid_argument, fmt::format("self index {} is outside the {} configured peers", config.self_index,
                                                         config.peers.size()));
     install_kernel_guard();
+    if (auto trust = set_up_trust(*impl); !trust) return tl::make_unexpected(trust.error());
 
     // 1. The JIT, linking kernels against the runtime, the curated libc subset and the
     //    operator's exports only.
@@ -107,7 +108,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
         impl->config.self_index = static_cast<int>(me - config.peers.begin());
     }
     impl->control = ControlContext{impl->address(), impl->instance, impl->topology, impl->pool->size(), Clock::now(),
-                                   impl->jit.get(), &impl->kernel_stats, [raw] { return raw->begin_drain(); }};
+                                   impl->jit.get(), &impl->kernel_stats, [raw] { return raw->begin_drain(); },
+                                   trust_summary(*impl->gate)};
     impl->pool->start();
     impl->engine->start();
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));
@@ -144,5 +146,6 @@ void Agent::set_peers(std::vector<std::string> peers, int self_index) {
     done.get_future().wait();
 }
 std::vector<std::pair<std::string, std::uint64_t>> Agent::counters() const { return impl_->counter_values(); }
+AgentAccess Agent::access() const { return impl_->gate->access(); }
 
 } // namespace bitship::agent

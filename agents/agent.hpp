@@ -18,6 +18,7 @@
 
 #include <bitship/capabilities.hpp>
 #include <bitship/errc.hpp>
+#include <bitship/identity.hpp>
 #include <bitship/transport.hpp>
 
 #include "jit.hpp"
@@ -71,7 +72,19 @@ struct AgentConfig {
     std::function<void()> on_drained;
     /// What kind of node this is, by the operator's word (xagent --role); unset: detected.
     std::optional<NodeKind> role;
+    /// Authorized keys file (xagent --authorized-keys; SSH-style, see <bitship/identity.hpp>):
+    /// clients must authenticate with one of its keys, and shipped code must be signed by one.
+    /// Empty: no keys, which start() allows only on a loopback address unless `insecure`.
+    std::filesystem::path authorized_keys;
+    /// Accept anyone who reaches a non-loopback address, with no keys (xagent --insecure).
+    bool insecure = false;
+    /// This agent's secret key file, presented to peer agents it forwards to (empty: none; a
+    /// peer with authorized keys then refuses its forwards).
+    std::filesystem::path identity;
 };
+
+/// Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost).
+bool is_loopback_host(std::string_view host);
 
 class Agent {
 public:
@@ -92,6 +105,13 @@ public:
     [[nodiscard]] wire::Fields info(std::vector<std::string>& storage) const;
     /// Counter name → value.
     [[nodiscard]] std::vector<std::pair<std::string, std::uint64_t>> counters() const;
+    /// SIGHUP: reads the authorized keys file again. The new set is in force for messages that
+    /// arrive after this returns; sessions of removed keys can make no more calls. On error
+    /// (unreadable file, malformed line: the message names it) the old set stays. Returns the
+    /// number of keys now authorized.
+    Result<std::size_t> reload_authorized_keys();
+    /// How clients are admitted: open, keys or insecure.
+    [[nodiscard]] AgentAccess access() const;
 
     struct Impl;
 

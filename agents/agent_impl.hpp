@@ -4,10 +4,13 @@
 //   sessions.cpp    client connections: HELLO/WELCOME, pings, stats, regions, answers
 //   dispatch.cpp    RUN: code cache, compiles, running kernels, their outcomes
 //   forwarding.cpp  calls a kernel forwards to peer agents, and answers to a caller's reply-to
+//   trust.cpp       who may call (AUTH, SIGHUP's new keys) and whose code may run (signatures)
 // Everything marked "whoever progresses" is touched by one thread at a time: the engine's
 // own, or a worker leading progress.
 
 #include "agent.hpp"
+
+#include <bitship/identity.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -25,11 +28,13 @@
 
 #include "core/engine.hpp"
 #include "control.hpp"
+#include "code_signatures.hpp"
 #include "kernel_guard.hpp"
 #include "kernel_stats.hpp"
 #include "log_limiter.hpp"
 #include "regions.hpp"
 #include "runtime.hpp"
+#include "session_gate.hpp"
 #include "slice_siblings.hpp"
 #include "topology.hpp"
 #include "worker_pool.hpp"
@@ -84,14 +89,15 @@ struct Link {
     bool welcomed = false;
     std::string triple;       ///< the peer's, from its WELCOME
     std::set<CodeHash> known; ///< hashes sent over this link
-    std::vector<std::uint64_t> queued; ///< forwarded ids waiting for WELCOME
+    std::vector<std::uint64_t> queued; ///< forwarded ids waiting for WELCOME (and AUTH's ACK)
+    std::uint64_t auth_request = 0;    ///< our AUTH awaiting the peer's ACK (0: none)
 };
 
 #define BITSHIP_AGENT_COUNTERS(X)                                                                  \
     X(connections) X(runs) X(results) X(errors) X(need_code_sent) X(code_received)                 \
     X(code_bytes_received) X(compiles) X(compile_failures) X(cache_hits) X(disk_loads)             \
     X(malformed_messages) X(kernel_failures) X(kernel_crashes) X(kernel_timeouts) X(pings)           \
-    X(forwards) X(forwards_local) X(code_forwarded) X(native_runs)                                  \
+    X(forwards) X(forwards_local) X(code_forwarded) X(native_runs) X(unauthorized)                  \
     X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
     X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)
 
@@ -100,6 +106,12 @@ struct Counters {
     BITSHIP_AGENT_COUNTERS(X)
 #undef X
 };
+
+/// trust.cpp: the access mode, authorized keys, identity and signature table from the config;
+/// fails (naming the file, or the address) where the config is not safe to start with.
+Result<void> set_up_trust(Agent::Impl& impl);
+/// INFO's "trust" field: "keys (3 authorized; signed code only)", "open (loopback)", ...
+std::string trust_summary(const SessionGate& gate);
 
 /// "host:port" split; port 0 when missing or invalid.
 std::pair<std::string, std::uint16_t> split_host_port(std::string_view a);
@@ -123,6 +135,9 @@ struct Agent::Impl {
     std::thread drain_waiter;
     LogLimiter log_limiter; // whoever progresses
     std::map<std::string, bs_entry_fn, std::less<>> natives;
+    std::unique_ptr<SessionGate> gate; // whoever progresses
+    CodeSignatures signatures;         // whoever progresses
+    std::optional<Identity> identity;  // what this agent presents to peers it forwards to
 
     // Touched only by whoever progresses (engine thread or leading worker), one at a time.
     std::unordered_map<ucp_ep_h, std::uint64_t> connections;
@@ -165,6 +180,19 @@ struct Agent::Impl {
     void on_bad_message(ucp_ep_h ep, std::uint64_t id, const Error& e);
     void on_message(Incoming&& in);
     void on_ep_error(ucp_ep_h ep, const Error& e);
+
+    // trust.cpp
+    // AUTH on connection `conn`: ACK, or ERROR unauthorized.
+    void on_auth(ucp_ep_h ep, std::uint64_t conn, std::uint64_t id, const wire::Auth& auth);
+    // A RUN of shipped code may go on when its code is signed by an author this agent
+    // authorizes; otherwise it has been answered (NEED_CODE for the signed code, or ERROR).
+    bool admit_code(const std::shared_ptr<RunRequest>& r);
+    // A peer's WELCOME on a link: AUTH with this agent's identity when it asks for keys (true).
+    bool authenticate_link(Link& link, const wire::Welcome& w);
+    // The peer's answer to our AUTH: the link is up, or every forward queued on it fails.
+    void on_link_auth_reply(Link& link, const wire::Message& reply);
+    // The link is up: its queued forwards go.
+    void on_link_session(Link& link);
 
     // agent.cpp
     // xctl drain: refuse RUNs from now on; once nothing is queued, compiling or running, the

@@ -50,7 +50,7 @@ wire::Fields info_fields(const ControlContext& ctx, std::vector<std::string>& st
         {"workers", keep(std::to_string(ctx.workers))},
         {"uptime_s", keep(fmt::format("{:.1f}", uptime))},
         {"sandbox", kNotAvailable}, // software fault isolation: not built yet
-        {"trust", kNotAvailable},   // client keys / signed code: not built yet
+        {"trust", keep(ctx.trust.empty() ? std::string(kNotAvailable) : ctx.trust)},
     };
     return f;
 }

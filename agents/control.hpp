@@ -25,6 +25,8 @@ struct ControlContext {
     /// Starts draining: RUNs are refused from now on, the agent exits once those in flight are
     /// answered. False when it was draining already.
     std::function<bool()> begin_drain;
+    /// How clients are admitted and which code runs (INFO's "trust"); changed on SIGHUP.
+    std::string trust;
 };
 
 /// Whether `type` is one of the control requests handle_control() answers.

@@ -31,6 +31,7 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
         run_kernel(std::move(r), Runnable{nullptr, it->second});
         return;
     }
+    if (!admit_code(r)) return; // trust.cpp: signed by an author this agent authorizes
     if (!r->run.code.empty()) siblings.remember(r->run.hash, r->run.code);
     if (auto code = jit->find(r->run.hash)) {
         counters.cache_hits.fetch_add(1, std::memory_order_relaxed);

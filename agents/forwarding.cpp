@@ -112,6 +112,7 @@ void Agent::Impl::send_forward(Link& link, std::uint64_t id, bool with_code) {
     auto m = wire::decode(fw.message.header, fw.message.payload);
     auto run = std::get<wire::Run>(m->body);
     run.code = fw.sibling_bundle ? std::span<const std::byte>(*fw.sibling_bundle) : std::span<const std::byte>(code->bundle());
+    run.signatures = signatures.for_bundle(run.code); // the authors', not ours
     counters.code_forwarded.fetch_add(1, std::memory_order_relaxed);
     engine->send(link.ep, wire::encode_run(id, run));
     link.known.insert(fw.hash);
@@ -160,13 +161,15 @@ void Agent::Impl::on_link_message(const std::string& address, Incoming&& in) {
         spdlog::warn("bad message from peer {}: {}", address, msg.error().describe());
         return;
     }
+    if (link.auth_request && in.header.request_id == link.auth_request) {
+        on_link_auth_reply(link, *msg);
+        return;
+    }
     switch (in.header.type) {
     case wire::Type::welcome: {
-        link.welcomed = true;
-        link.triple = std::string(std::get<wire::Welcome>(msg->body).triple);
-        auto queued = std::move(link.queued);
-        link.queued.clear();
-        for (auto id : queued) send_forward(link, id);
+        const auto& welcome = std::get<wire::Welcome>(msg->body);
+        link.triple = std::string(welcome.triple);
+        if (!authenticate_link(link, welcome)) on_link_session(link);
         return;
     }
     case wire::Type::need_code:
@@ -194,15 +197,18 @@ void Agent::Impl::fail_link(Link& link, const Error& why) {
     std::vector<std::uint64_t> gone;
     for (const auto& [id, fw] : forwarded)
         if (fw.link == link.address) gone.push_back(id);
+    const bool refused = why.code == Errc::unauthorized; // the peer would not take our key
     for (auto id : gone) {
-        tell_caller(forwarded.at(id), Errc::disconnected,
-                    fmt::format("agent {}: peer {} went away with this call forwarded to it: {}", address(), link.address,
-                                why.message));
+        tell_caller(forwarded.at(id), refused ? why.code : Errc::disconnected,
+                    refused ? fmt::format("agent {}: forward refused: {}", address(), why.message)
+                            : fmt::format("agent {}: peer {} went away with this call forwarded to it: {}", address(),
+                                          link.address, why.message));
         forget(id);
     }
     link.queued.clear();
     link.known.clear();
     link.welcomed = false;
+    link.auth_request = 0;
     if (link.ep) link_by_ep.erase(link.ep);
     link.ep = nullptr;
 }

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <thread>
 
+#include <bitship/identity.hpp>
+
 namespace bitship::launch {
 namespace {
 constexpr auto kStartTimeout = std::chrono::seconds(20);
@@ -49,12 +51,44 @@ std::filesystem::path make_temp_dir(const std::string& prefix) {
     return templ;
 }
 
+namespace {
+// Owns test_keys()'s directory for the life of the process.
+struct TestKeyDir {
+    TestKeys keys;
+    std::filesystem::path dir;
+    ~TestKeyDir() {
+        std::error_code ec;
+        if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+};
+} // namespace
+
+const TestKeys& test_keys() {
+    static const TestKeyDir made = [] {
+        TestKeyDir d;
+        d.dir = make_temp_dir("bitship-keys-");
+        auto id = Identity::generate("bitship-test");
+        if (!id) throw std::runtime_error("cannot make the test key: " + id.error().describe());
+        d.keys.secret = d.dir / "id";
+        if (auto saved = id->save(d.keys.secret); !saved)
+            throw std::runtime_error("cannot save the test key: " + saved.error().describe());
+        d.keys.authorized_keys = d.dir / "authorized_keys";
+        std::ofstream(d.keys.authorized_keys) << "# made by the test launcher\n" << id->public_line() << "\n";
+        std::filesystem::permissions(d.keys.authorized_keys, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+        d.keys.fingerprint = fingerprint(id->public_key());
+        setenv("BITSHIP_IDENTITY", d.keys.secret.c_str(), 1);
+        return d;
+    }();
+    return made.keys;
+}
+
 AgentProcess::AgentProcess(std::string transport, std::vector<std::string> extra, std::uint16_t port)
     : AgentProcess(AgentProgram{binary(), {}, kStartTimeout}, std::move(transport), std::move(extra), port) {}
 
 AgentProcess::AgentProcess(const AgentProgram& program, std::string transport, std::vector<std::string> extra,
                            std::uint16_t port)
     : dir_(make_temp_dir("bitship-agent-")) {
+    const auto& keys = test_keys(); // before the environment is copied: it sets BITSHIP_IDENTITY
     auto port_file = dir_ / "port";
     auto log_file = dir_ / "agent.log";
     // The child's environment is built before fork: after it, only async-signal-safe calls.
@@ -72,9 +106,11 @@ AgentProcess::AgentProcess(const AgentProgram& program, std::string transport, s
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
-    std::vector<std::string> args{program.path, "--listen", "127.0.0.1:" + std::to_string(port), "--transport", transport,
+    std::vector<std::string> args{program.path, "--listen", program.listen_host + ":" + std::to_string(port), "--transport", transport,
                                   "--port-file", port_file.string(), "--loopback"};
     if (std::find(extra.begin(), extra.end(), "--log-level") == extra.end()) args.insert(args.end(), {"--log-level", "info"});
+    if (!program.open && std::find(extra.begin(), extra.end(), "--authorized-keys") == extra.end())
+        args.insert(args.end(), {"--authorized-keys", keys.authorized_keys.string()});
     args.insert(args.end(), extra.begin(), extra.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());

@@ -22,12 +22,28 @@ struct AgentProgram {
     std::vector<std::string> env;
     /// How long it may take to listen: an emulated agent starts several times slower.
     std::chrono::seconds start_timeout{20};
+    /// Start it without authorized keys (open access: loopback, anyone). By default agents
+    /// authorize test_keys() and clients of this process authenticate with it.
+    bool open = false;
+    /// The address it listens on (clients still dial 127.0.0.1): "0.0.0.0" for every interface.
+    std::string listen_host = "127.0.0.1";
 };
+
+/// The key pair tests and benchmarks use: made once per process (in a temp dir removed at
+/// exit), with an authorized keys file holding its public key. The first call also points
+/// BITSHIP_IDENTITY at the secret key, so this process's clients, the xctl it runs and the
+/// agents it starts (their --identity, for forwards) all present it.
+struct TestKeys {
+    std::filesystem::path secret;          ///< the secret key file (mode 0600)
+    std::filesystem::path authorized_keys; ///< its public key line
+    std::string fingerprint;               ///< "SHA256:..."
+};
+const TestKeys& test_keys();
 
 class AgentProcess {
 public:
-    /// Starts xagent with `--transport transport --listen 127.0.0.1:port` plus `extra`, and waits
-    /// for it to listen. Throws (failing the test) if it does not within kStartTimeout.
+    /// Starts xagent with `--transport transport --listen 127.0.0.1:port --authorized-keys
+    /// test_keys()` plus `extra` (which may name its own --authorized-keys), and waits for it to listen. Throws (failing the test) if it does not within kStartTimeout.
     AgentProcess(std::string transport, std::vector<std::string> extra = {}, std::uint16_t port = 0);
     /// The same with `program` instead of binary().
     AgentProcess(const AgentProgram& program, std::string transport, std::vector<std::string> extra = {},

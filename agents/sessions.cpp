@@ -69,6 +69,12 @@ void Agent::Impl::on_message(Incoming&& in) {
         spdlog::warn("{} message from no known connection dropped", wire::to_string(in.header.type));
         return;
     }
+    // Nothing but the handshake is even decoded before the session is admitted (trust.cpp).
+    if (in.header.type != wire::Type::hello && in.header.type != wire::Type::auth && !gate->admitted(conn)) {
+        counters.unauthorized.fetch_add(1, std::memory_order_relaxed);
+        reply_error(in.ep, conn, in.header.request_id, gate->refusal(conn));
+        return;
+    }
     auto msg = wire::decode(in.header, in.payload);
     if (!msg) {
         counters.malformed_messages.fetch_add(1, std::memory_order_relaxed);
@@ -94,9 +100,12 @@ void Agent::Impl::on_message(Incoming&& in) {
         w.workers = pool->size();
         w.instance = instance;
         w.caps = topology.caps;
+        w.access = gate->access();
+        w.challenge = gate->open_session(conn);
         reply(in.ep, conn, wire::encode_welcome(w));
         return;
     }
+    case wire::Type::auth: on_auth(in.ep, conn, in.header.request_id, std::get<wire::Auth>(msg->body)); return;
     case wire::Type::ping:
         counters.pings.fetch_add(1, std::memory_order_relaxed);
         reply(in.ep, conn, wire::encode_ping(wire::Type::pong, in.header.request_id, in.payload));
@@ -137,7 +146,11 @@ void Agent::Impl::on_message(Incoming&& in) {
 }
 
 void Agent::Impl::on_ep_error(ucp_ep_h ep, const Error& e) {
-    if (connections.erase(ep)) spdlog::info("client went away: {}", e.message);
+    if (auto it = connections.find(ep); it != connections.end()) {
+        gate->close(it->second);
+        connections.erase(it);
+        spdlog::info("client went away: {}", e.message);
+    }
     if (auto it = link_by_ep.find(ep); it != link_by_ep.end()) {
         spdlog::warn("peer {} went away: {}", it->second, e.message);
         fail_link(links[it->second], e);

@@ -10,10 +10,10 @@
 //
 // Limits, both because a RUN names a slice, not its bundle: the first bundle kept for a hash
 // stays until evicted. (1) Two bundles whose slices for this triple are byte-identical but
-// differ for another share the first one's other slices here. (2) With signed slices (DESIGN:
-// trust layer 2) the peer will also check who made its slice; until then agents trust the
-// clients that reach them, as everywhere in open mode. Both go away when a RUN also names its
-// bundle's hash.
+// differ for another share the first one's other slices here. (2) The peer checks who made
+// its slice by the author's signature over that slice's hash, which the client sent with the
+// bundle (one per slice) and the forward carries along (agents/code_signatures.hpp); a sibling
+// slice from (1) keeps its own signature. (1) goes away when a RUN also names its bundle's hash.
 //
 // Touched only by whoever progresses UCX (one thread at a time), like the rest of the
 // forwarding state: no lock.

@@ -68,7 +68,10 @@ std::string host_name() {
 
 int main(int argc, char** argv) {
     CLI::App app{"xagent: runs kernels shipped by bitship clients, JIT-compiled for this host.\n"
-                 "Kernels link only against the kernel.h runtime and a curated libc/libm subset."};
+                 "Kernels link only against the kernel.h runtime and a curated libc/libm subset.\n"
+                 "With --authorized-keys, only clients holding one of those keys may call, and only code signed by one\n"
+                 "runs (make keys with: xctl key generate FILE). Without it, only loopback clients, unless --insecure.\n"
+                 "SIGHUP re-reads --authorized-keys; SIGINT/SIGTERM stop the agent."};
     app.set_version_flag("--version", "xagent 0.1.0");
     std::string listen = "127.0.0.1:7000";
     std::string port_file, transport = "any", progress = "spin-then-block", log_level = "info", cache_dir;
@@ -88,6 +91,8 @@ int main(int argc, char** argv) {
     std::string role = "auto";
 
     std::string metrics;
+    std::string authorized_keys, identity;
+    bool insecure = false;
     app.set_config("--config", "", "read options from this TOML (or INI) file: one `name = value` per option, e.g. "
                                    "listen = \"0.0.0.0:7000\"; options given on the command line win");
     app.allow_config_extras(CLI::config_extras_mode::error); // a misspelt option in the file is an error, not ignored
@@ -151,6 +156,15 @@ int main(int argc, char** argv) {
     app.add_option("--role", role, "what this node is, as WELCOME tells clients: host, dpu, or auto (a DPU when a "
                                   "BlueField PCI function is seen from aarch64 cores)")
         ->check(CLI::IsMember({"auto", "host", "dpu"}))->capture_default_str();
+    app.add_option("--authorized-keys", authorized_keys,
+                   "SSH-style file of the public keys allowed to call this agent and to author the code it runs, one "
+                   "'ed25519 BASE64 NAME' per line (# comments); re-read on SIGHUP")
+        ->envname("BITSHIP_AUTHORIZED_KEYS");
+    app.add_flag("--insecure", insecure,
+                 "without --authorized-keys, accept anyone who reaches a non-loopback --listen address (refused "
+                 "otherwise); said at start and in every WELCOME");
+    app.add_option("--identity", identity, "this agent's secret key file, presented to peer agents it forwards to")
+        ->envname("BITSHIP_IDENTITY");
     app.add_flag("--no-native", no_native, "do not pre-install the native xrdma handlers (chase)");
     app.add_flag("--loopback", loopback, "pin UCX to the loopback device (UCX_NET_DEVICES=lo) unless set already")
         ->envname("BITSHIP_LOOPBACK");
@@ -197,6 +211,9 @@ int main(int argc, char** argv) {
     config.workers_lead = !no_worker_progress;
     config.peers = peers;
     config.self_index = self_index;
+    config.authorized_keys = authorized_keys;
+    config.insecure = insecure;
+    config.identity = identity;
     if (role != "auto") config.role = role == "dpu" ? NodeKind::dpu : NodeKind::host;
     for (const auto& spec : region_specs) {
         auto r = agent::parse_region_spec(spec);
@@ -215,6 +232,7 @@ int main(int argc, char** argv) {
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGHUP); // re-read --authorized-keys
     pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
     signal(SIGPIPE, SIG_IGN);
 
@@ -249,9 +267,9 @@ int main(int argc, char** argv) {
         return 1;
     }
     const auto& host = jit::host();
-    spdlog::info("listening on {} (transport {}, progress {}, {} workers, {} {} LLVM {}, cache {})", (*agent)->address(),
-                 transport, progress, config.workers ? config.workers : 0, host.triple, host.cpu, to_string(host.llvm),
-                 cache_dir.empty() ? "memory" : cache_dir);
+    spdlog::info("listening on {} (transport {}, progress {}, {} workers, {} {} LLVM {}, cache {}, access {})",
+                 (*agent)->address(), transport, progress, config.workers ? config.workers : 0, host.triple, host.cpu,
+                 to_string(host.llvm), cache_dir.empty() ? "memory" : cache_dir, to_string((*agent)->access()));
     std::printf("xagent listening on %s\n", (*agent)->address().c_str());
     std::fflush(stdout);
     if (*job) {
@@ -301,7 +319,11 @@ int main(int argc, char** argv) {
     }
 
     int sig = 0;
-    while (sigwait(&stop_signals, &sig) != 0) {
+    for (;;) {
+        if (sigwait(&stop_signals, &sig) != 0) continue;
+        if (sig != SIGHUP) break;
+        auto reloaded = (*agent)->reload_authorized_keys();
+        if (!reloaded) spdlog::error("SIGHUP: keeping the authorized keys in force: {}", reloaded.error().describe());
     }
     spdlog::info("{} received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
     (*agent)->stop();

@@ -48,7 +48,7 @@ std::vector<std::byte> encode_capabilities(const Capabilities& c) {
     return std::move(w).take();
 }
 
-Result<Capabilities> decode_capabilities(std::span<const std::byte> block) {
+Result<Capabilities> decode_capabilities(std::span<const std::byte> block, std::size_t* used) {
     ByteReader in(block);
     Capabilities c;
     auto kind = in.u8();
@@ -79,6 +79,7 @@ Result<Capabilities> decode_capabilities(std::span<const std::byte> block) {
     auto gpus = in.u32();
     if (!gpus) return short_field("gpus");
     c.gpus = *gpus;
+    if (used) *used = block.size() - in.remaining();
     return c;
 }
 

@@ -39,6 +39,7 @@ Client::~Client() {
 Result<Client> Client::create(const ClientOptions& options) {
     auto impl = std::make_unique<Impl>();
     impl->options = options;
+    if (auto keys = impl->load_keys(); !keys) return tl::make_unexpected(keys.error());
     EngineOptions eo;
     eo.transport = options.transport;
     eo.mode = options.progress;

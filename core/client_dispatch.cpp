@@ -137,6 +137,7 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
     run.entry = c->entry;
     run.args = c->args;
     run.code = code;
+    run.signatures = sign_code(code, c->hash, !c->peers.empty() || c->forward);
     if (!c->peers.empty() || c->forward) {
         run.reply_to = engine->worker_address();
         for (const auto& a : c->peers) run.peers.push_back(a);

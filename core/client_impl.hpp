@@ -5,6 +5,7 @@
 //   client_session.cpp  connections to agents: HELLO/WELCOME, replies, failures, deadlines
 //   client_dispatch.cpp the ship path: slice choice, RUN, NEED_CODE
 //   client_rma.cpp      regions, one-sided GET/PUT and GET walks
+//   client_auth.cpp     the session handshake (AUTH) and the signatures shipped code carries
 // Everything below "progress token" is touched only by whoever progresses the engine (its
 // own thread, or a caller leading while it waits), one at a time.
 
@@ -112,7 +113,8 @@ struct Peer {
     std::uint16_t port = 0;
     std::string address;
     ucp_ep_h ep = nullptr;
-    bool welcomed = false;
+    bool welcomed = false;       ///< WELCOME in and, where the agent asks for keys, AUTH accepted
+    std::uint64_t auth_request = 0; ///< the AUTH awaiting the agent's ACK (0: none)
     std::shared_ptr<const AgentInfo> info;
     Clock::time_point connect_deadline;
     std::vector<std::shared_ptr<CallState>> waiting; // calls queued until connected
@@ -128,6 +130,8 @@ Result<std::pair<std::string, std::uint16_t>> split_address(std::string_view hos
 
 struct Client::Impl {
     ClientOptions options;
+    std::optional<Identity> identity; ///< set by create(), read-only after
+    std::optional<Identity> author;   ///< ClientOptions::author, when it names another key
     std::unique_ptr<Engine> engine;
     std::shared_ptr<detail::ProgressHandle> progress = std::make_shared<detail::ProgressHandle>();
     std::atomic<std::uint64_t> next_id{1};
@@ -147,6 +151,7 @@ struct Client::Impl {
     std::map<std::pair<std::string, const void*>, std::set<CodeHash>> known_whole;
     std::map<std::pair<CodeHash, std::size_t>, Result<SliceChoice>> forced_slices;
     std::map<std::pair<std::uint64_t, std::string>, RemoteRegion> regions;
+    std::map<CodeHash, Signature> code_signatures; ///< the author's, made once per hash
     std::map<std::pair<ucp_ep_h, const Bytes*>, MappedRkey> rkeys;
 
     std::string agent_name(const Peer& p) const { return fmt::format("agent {}", p.address); }
@@ -164,6 +169,8 @@ struct Client::Impl {
     void fail_peer(Peer& p, const Error& why);
     Peer* peer_of(ucp_ep_h ep);
     void on_welcome(Peer& p, const wire::Welcome& w);
+    // The session is up (WELCOME, and AUTH where asked): calls waiting for it go.
+    void on_session(Peer& p);
     // An answer from an agent this client did not call directly: the last hop of a forwarded
     // call, answering the reply-to. Matched by request id alone; its message names the agent.
     void on_forwarded_reply(Incoming&& in);
@@ -178,6 +185,16 @@ struct Client::Impl {
     const Result<SliceChoice>& choose_slice(const CallState& c, Peer& p);
     void send_run(Peer& p, const std::shared_ptr<CallState>& c, bool with_code);
     void send_run_message(Peer& p, const std::shared_ptr<CallState>& c, std::span<const std::byte> code);
+
+    // client_auth.cpp
+    // Loads ClientOptions::identity (or BITSHIP_IDENTITY) and ::author.
+    Result<void> load_keys();
+    // After WELCOME: answers an agent that asks for keys with AUTH (true), else false.
+    bool start_auth(Peer& p, const wire::Welcome& w);
+    void on_auth_reply(Peer& p, const wire::Message& reply);
+    // The author's signatures over the slices of `code`: one over `hash` for a single slice,
+    // one per slice for a whole bundle; none without a key.
+    std::vector<wire::CodeSignature> sign_code(std::span<const std::byte> code, const CodeHash& hash, bool whole_bundle);
 
     // client_rma.cpp
     Result<MappedRkey> rkey_for(Peer& p, const RemoteRegion& r);

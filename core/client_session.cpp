@@ -57,6 +57,7 @@ void Client::Impl::fail_peer(Peer& p, const Error& why) {
         p.ep = nullptr;
     }
     p.welcomed = false;
+    p.auth_request = 0;
 }
 
 Peer* Client::Impl::peer_of(ucp_ep_h ep) {
@@ -79,9 +80,15 @@ void Client::Impl::on_welcome(Peer& p, const wire::Welcome& w) {
     info->workers = w.workers;
     info->instance = w.instance;
     info->capabilities = w.caps;
+    info->access = w.access;
     // An agent restarted on another architecture takes other slices.
     if (p.info && p.info->triple != info->triple) p.slice_by_bundle.clear();
     p.info = std::move(info);
+    if (start_auth(p, w)) return; // on_session follows the agent's ACK
+    on_session(p);
+}
+
+void Client::Impl::on_session(Peer& p) {
     p.welcomed = true;
     if (p.connecting) {
         p.connecting->complete(Bytes{});
@@ -134,6 +141,10 @@ void Client::Impl::on_message(Incoming&& in) {
     }
     if (auto* w = std::get_if<wire::Welcome>(&msg->body)) {
         on_welcome(*p, *w);
+        return;
+    }
+    if (p->auth_request && in.header.request_id == p->auth_request) {
+        on_auth_reply(*p, *msg);
         return;
     }
     auto it = pending.find(in.header.request_id);

@@ -34,6 +34,7 @@ std::string_view to_string(Errc code) noexcept {
     case Errc::region_not_found: return "region_not_found";
     case Errc::out_of_bounds: return "out_of_bounds";
     case Errc::policy_violation: return "policy_violation";
+    case Errc::unauthorized: return "unauthorized";
     }
     return "unknown_error";
 }

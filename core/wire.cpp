@@ -57,6 +57,31 @@ bool read_errors(ByteReader& in, std::vector<ErrorCount>& out) {
     return true;
 }
 
+template <std::size_t N> bool read_array(ByteReader& in, std::array<std::uint8_t, N>& out) {
+    auto b = in.bytes(N);
+    if (!b) return false;
+    std::memcpy(out.data(), b->data(), N);
+    return true;
+}
+
+template <std::size_t N> void write_array(ByteWriter& w, const std::array<std::uint8_t, N>& a) {
+    w.raw(std::as_bytes(std::span(a)));
+}
+
+// WELCOME's session fields, after the capabilities in their block; absent: an older, open agent.
+Result<bool> read_session(std::span<const std::byte> rest, Welcome& w) {
+    if (rest.empty()) return true;
+    ByteReader in(rest);
+    auto access = in.u8();
+    if (!access || !read_array(in, w.challenge))
+        return fail(Errc::malformed_message, "WELCOME message: the session fields run past the end of their block");
+    if (*access > static_cast<std::uint8_t>(AgentAccess::insecure))
+        return fail(Errc::malformed_message, fmt::format("WELCOME message: access mode {} is none of open (0), keys (1), "
+                                                         "insecure (2)", *access));
+    w.access = static_cast<AgentAccess>(*access);
+    return true;
+}
+
 void write_errors(ByteWriter& w, const std::vector<ErrorCount>& errors) {
     w.u32(static_cast<std::uint32_t>(errors.size()));
     for (const auto& e : errors) {
@@ -90,6 +115,7 @@ std::string_view to_string(Type t) noexcept {
     case Type::cache_evict: return "CACHE_EVICT";
     case Type::ack: return "ACK";
     case Type::drain: return "DRAIN";
+    case Type::auth: return "AUTH";
     }
     return "UNKNOWN";
 }
@@ -131,9 +157,12 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
             return truncated(t, "fields");
         auto caps_block = in.blob32();
         if (!caps_block) return truncated(t, "capabilities");
-        auto caps = decode_capabilities(*caps_block);
+        std::size_t caps_used = 0;
+        auto caps = decode_capabilities(*caps_block, &caps_used);
         if (!caps) return tl::make_unexpected(caps.error());
         w.caps = std::move(*caps);
+        if (auto session = read_session(caps_block->subspan(caps_used), w); !session)
+            return tl::make_unexpected(session.error());
         w.agent = *agent;
         w.triple = *triple;
         w.cpu = *cpu;
@@ -174,6 +203,14 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
             auto peer = in.str16();
             if (!peer) return truncated(t, "peers");
             r.peers.push_back(*peer);
+        }
+        if (in.remaining() != 0) { // signatures of the attached code (absent: none)
+            auto n = in.u16();
+            if (!n || *n > in.remaining() / kCodeSignatureBytes) return truncated(t, "signatures");
+            r.signatures.resize(*n);
+            for (auto& sig : r.signatures)
+                if (!read_hash(in, sig.hash) || !read_array(in, sig.signer) || !read_array(in, sig.signature))
+                    return truncated(t, "signatures");
         }
         if (entry->empty()) return fail(Errc::malformed_message, "RUN message names no entry point");
         if (!r.peers.empty() && *self >= r.peers.size())
@@ -337,6 +374,12 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         m.body = Ack{*done == 1, *note};
         break;
     }
+    case Type::auth: {
+        Auth a;
+        if (!read_array(in, a.key) || !read_array(in, a.signature)) return truncated(t, "auth");
+        m.body = a;
+        break;
+    }
     default:
         return fail(Errc::unknown_message, fmt::format("unknown message type {} (this build knows 1..{})",
                                                        static_cast<unsigned>(t), static_cast<unsigned>(kLastType)));
@@ -367,7 +410,13 @@ Encoded encode_welcome(const Welcome& x) {
     w.u32(x.cores);
     w.u32(x.workers);
     w.u64(x.instance);
-    w.blob32(encode_capabilities(x.caps));
+    auto block = encode_capabilities(x.caps);
+    ByteWriter session;
+    session.u8(static_cast<std::uint8_t>(x.access));
+    write_array(session, x.challenge);
+    auto tail = std::move(session).take();
+    block.insert(block.end(), tail.begin(), tail.end());
+    w.blob32(block);
     return finish(start(Type::welcome, 0), std::move(w));
 }
 
@@ -386,6 +435,16 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
     w.blob32(r.reply_to);
     w.u16(static_cast<std::uint16_t>(r.peers.size()));
     for (auto p : r.peers) w.str16(p);
+    if (!r.signatures.empty()) {
+        // More than 65535 slices is not a bundle (bundles hold at most 64): the list is cut.
+        const auto n = std::min<std::size_t>(r.signatures.size(), 0xffff);
+        w.u16(static_cast<std::uint16_t>(n));
+        for (std::size_t i = 0; i < n; ++i) {
+            write_array(w, r.signatures[i].hash);
+            write_array(w, r.signatures[i].signer);
+            write_array(w, r.signatures[i].signature);
+        }
+    }
     return finish(start(Type::run, id), std::move(w));
 }
 
@@ -502,6 +561,13 @@ Encoded encode_ack(std::uint64_t id, bool done, std::string_view note) {
     w.u8(done ? 1 : 0);
     w.str16(note.substr(0, 0xffff));
     return finish(start(Type::ack, id), std::move(w));
+}
+
+Encoded encode_auth(std::uint64_t id, const Auth& a) {
+    ByteWriter w;
+    write_array(w, a.key);
+    write_array(w, a.signature);
+    return finish(start(Type::auth, id), std::move(w));
 }
 
 } // namespace bitship::wire

@@ -15,6 +15,7 @@
 #include <bitship/bundle.hpp>
 #include <bitship/capabilities.hpp>
 #include <bitship/errc.hpp>
+#include <bitship/identity.hpp>
 
 namespace bitship::wire {
 
@@ -46,10 +47,11 @@ enum class Type : std::uint8_t {
     cache_evict = 19,        ///< drop one hash from the code cache: answered by ACK
     ack = 20,                ///< Ack: whether the request did something, and a note
     drain = 21,              ///< stop accepting RUNs, finish those in flight, exit: answered by ACK at once
+    auth = 22,               ///< client → agent: its key and signature over WELCOME's challenge; ACK or ERROR
 };
 
 /// The highest message type this build knows.
-inline constexpr Type kLastType = Type::drain;
+inline constexpr Type kLastType = Type::auth;
 
 std::string_view to_string(Type t) noexcept;
 
@@ -92,7 +94,27 @@ struct Welcome {
     /// order; bytes after the last field this build knows are ignored, so later fields (GPU
     /// details, ...) are appended at its end without breaking older decoders.
     Capabilities caps;
+    /// Appended to the same block after the capabilities: `u8 access · challenge[32]`. A block
+    /// without them (an older agent) reads as open access with an all-zero challenge.
+    AgentAccess access = AgentAccess::open;
+    /// Fresh random bytes per connection: what AUTH signs (core/signing.hpp). Zero when open.
+    std::array<std::uint8_t, 32> challenge{};
 };
+
+/// AUTH: the client's public key and its signature over (challenge, instance, key).
+struct Auth {
+    PublicKey key{};
+    Signature signature{};
+};
+
+/// An author's signature over one slice's hash (core/signing.hpp), travelling with the code.
+struct CodeSignature {
+    CodeHash hash{};
+    PublicKey signer{};
+    Signature signature{};
+    friend bool operator==(const CodeSignature&, const CodeSignature&) = default;
+};
+inline constexpr std::size_t kCodeSignatureBytes = 32 + 32 + 64;
 
 /// Arguments start at this alignment within the payload (payload buffers are allocated at
 /// least this aligned), so kernels may cast bs_args() to their struct.
@@ -109,6 +131,10 @@ struct Run {
     std::span<const std::byte> code;     ///< a bundle, or empty when the agent should have it
     std::span<const std::byte> reply_to; ///< the caller's UCX worker address; empty: answer the sender
     std::vector<std::string_view> peers; ///< "host:port" of agents a kernel may forward to
+    /// Who made the attached code: a signature per slice of `code` (one, or one per slice of a
+    /// whole bundle), by its author. Sent with code only, after the peers as `u16 n · n ×
+    /// (hash, signer, signature)`; a RUN that ends after the peers has none.
+    std::vector<CodeSignature> signatures;
 };
 
 struct NeedCode {
@@ -210,7 +236,7 @@ struct Ack {
 struct Empty {};
 
 using Body = std::variant<Hello, Welcome, Run, NeedCode, ResultMsg, ErrorMsg, Ping, StatsReply, Region, RegionInfo, Fields,
-                          KernelStatsReply, CacheList, CacheEvict, Ack, Empty>;
+                          KernelStatsReply, CacheList, CacheEvict, Ack, Auth, Empty>;
 
 /// A decoded message: views into the payload buffer it was decoded from.
 struct Message {
@@ -228,9 +254,10 @@ struct Encoded {
 };
 
 /// The WELCOME capabilities block (Welcome::caps): written by encode_welcome, read by decode.
-/// Decoding refuses a block that ends inside a field or names an unknown node kind.
+/// Decoding refuses a block that ends inside a field or names an unknown node kind; `used`,
+/// when given, gets how many bytes of the block the capabilities took (later fields follow).
 std::vector<std::byte> encode_capabilities(const Capabilities& caps);
-Result<Capabilities> decode_capabilities(std::span<const std::byte> block);
+Result<Capabilities> decode_capabilities(std::span<const std::byte> block, std::size_t* used = nullptr);
 
 Encoded encode_hello(std::string_view client);
 Encoded encode_welcome(const Welcome& w);
@@ -250,5 +277,6 @@ Encoded encode_kernel_stats_reply(std::uint64_t id, const KernelStatsReply& s);
 Encoded encode_cache_list_reply(std::uint64_t id, const CacheList& c);
 Encoded encode_cache_evict(std::uint64_t id, const CodeHash& hash);
 Encoded encode_ack(std::uint64_t id, bool done, std::string_view note);
+Encoded encode_auth(std::uint64_t id, const Auth& a);
 
 } // namespace bitship::wire

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 bash scripts/setup.sh
 cmake --preset default >/dev/null
-cmake --build --preset default --target xagent bitship-demo ship_latency pointer_chase
+cmake --build --preset default --target xagent xctl bitship-demo ship_latency pointer_chase
 
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 run_dir=$(mktemp -d)
@@ -19,10 +19,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# An identity for this demo: the agents authorize its key, the demo client (and the agents,
+# forwarding to each other) present it. The benchmarks below make keys of their own.
+./build/tools/xctl key generate "$run_dir/id" --name bitship-demo >"$run_dir/authorized_keys"
+export BITSHIP_IDENTITY=$run_dir/id
+
 start_agent() { # transport -> prints the port
   local transport=$1
   ./build/agents/xagent --listen 127.0.0.1:0 --transport "$transport" --loopback \
-    --port-file "$run_dir/$transport.port" --log-level warn >"$run_dir/$transport.log" 2>&1 &
+    --authorized-keys "$run_dir/authorized_keys" --port-file "$run_dir/$transport.port" --log-level warn >"$run_dir/$transport.log" 2>&1 &
   pids+=($!)
   for _ in $(seq 200); do [[ -s $run_dir/$transport.port ]] && break; sleep 0.05; done
   [[ -s $run_dir/$transport.port ]] || { cat "$run_dir/$transport.log"; exit 1; }

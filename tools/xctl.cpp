@@ -5,9 +5,14 @@
 //   xctl --peers-file /run/bitship/peers --json stats
 //   xctl --agent 127.0.0.1:7000 cache evict 3f2a...   (64 hex digits)
 //   xctl --agent 127.0.0.1:7000 drain
+//   xctl key generate ~/.bitship/id      (secret key, mode 0600; the public line goes to id.pub)
+//   xctl --identity ~/.bitship/id --agent 10.0.0.2:7000 info   (an agent with authorized keys)
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <string>
@@ -19,6 +24,7 @@
 #include <spdlog/spdlog.h>
 
 #include <bitship/client.hpp>
+#include <bitship/identity.hpp>
 #include <bitship/peers.hpp>
 
 #include "core/wire.hpp"
@@ -41,6 +47,9 @@ struct Options {
     bool loopback = false;
     unsigned ping_count = 3;
     std::string hash;
+    std::string identity;
+    std::string key_file;
+    std::string key_name;
 };
 
 // One request to one agent: its answer as JSON, or an error.
@@ -157,6 +166,75 @@ Result<json> do_ack(Client& client, const Target& t, wire::Type type, Bytes payl
     return json{{"done", a.done}, {"note", std::string(a.note)}};
 }
 
+// xctl key ...: identities, no agent involved. Exit 0 on success, 1 on failure.
+int key_generate(const Options& o) {
+    auto id = Identity::generate(o.key_name);
+    if (!id) {
+        std::cerr << "xctl: " << id.error().describe() << "\n";
+        return kExitFailed;
+    }
+    if (auto saved = id->save(o.key_file); !saved) {
+        std::cerr << "xctl: " << saved.error().describe() << "\n";
+        return kExitFailed;
+    }
+    std::cout << id->public_line() << "\n";
+    std::cerr << fmt::format("xctl: secret key in {} (mode 0600), public key in {}.pub; fingerprint {}\n", o.key_file,
+                             o.key_file, fingerprint(id->public_key()));
+    return 0;
+}
+
+int key_public(const Options& o) {
+    auto id = Identity::load(o.key_file);
+    if (!id) {
+        std::cerr << "xctl: " << id.error().describe() << "\n";
+        return kExitFailed;
+    }
+    std::cout << id->public_line() << "\n";
+    return 0;
+}
+
+// A public key line, a file of them (a .pub or an authorized keys file), or a secret key file.
+int key_fingerprint(const Options& o) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(o.key_file, ec)) {
+        auto key = parse_public_key(o.key_file);
+        if (!key) {
+            std::cerr << "xctl: '" << o.key_file << "' is neither a file nor a public key: " << key.error().message << "\n";
+            return kExitFailed;
+        }
+        std::cout << fingerprint(key->key) << " " << key->name << "\n";
+        return 0;
+    }
+    std::ifstream in(o.key_file);
+    std::string line;
+    int printed = 0;
+    for (unsigned number = 1; std::getline(in, line); ++number) {
+        auto first = line.find_first_not_of(" \t\r");
+        if (first == std::string::npos || line[first] == '#') continue;
+        if (line.compare(first, 15, "ed25519-secret ") == 0) { // a secret key file: its own checks
+            auto id = Identity::load(o.key_file);
+            if (!id) {
+                std::cerr << "xctl: " << id.error().describe() << "\n";
+                return kExitFailed;
+            }
+            std::cout << fingerprint(id->public_key()) << " " << id->name() << "\n";
+            return 0;
+        }
+        auto key = parse_public_key(line);
+        if (!key) {
+            std::cerr << fmt::format("xctl: {} line {}: {}\n", o.key_file, number, key.error().message);
+            return kExitFailed;
+        }
+        std::cout << fingerprint(key->key) << " " << key->name << "\n";
+        ++printed;
+    }
+    if (printed == 0) {
+        std::cerr << "xctl: " << o.key_file << " holds no key\n";
+        return kExitFailed;
+    }
+    return 0;
+}
+
 // Text output: one block per agent, nested objects flattened to "a.b = value".
 void print_text(const json& j, const std::string& prefix = "  ") {
     if (j.is_object()) {
@@ -197,6 +275,7 @@ int run(const Options& o, const Action& action) {
     co.connect_timeout = std::chrono::milliseconds(o.timeout_ms);
     co.call_timeout = std::chrono::milliseconds(o.timeout_ms);
     co.loopback_only = o.loopback;
+    co.identity = o.identity;
     auto client = Client::create(co);
     if (!client) {
         std::cerr << "xctl: " << client.error().describe() << "\n";
@@ -249,6 +328,26 @@ int main(int argc, char** argv) {
     app.add_option("--transport", o.transport, "tcp, shm or any")->check(CLI::IsMember({"tcp", "shm", "any"}))->capture_default_str();
     app.add_option("--timeout-ms", o.timeout_ms, "per connect and per request")->capture_default_str();
     app.add_flag("--loopback", o.loopback, "pin UCX to the loopback device");
+    app.add_option("--identity", o.identity,
+                   "secret key file to authenticate with, for agents started with --authorized-keys")
+        ->envname("BITSHIP_IDENTITY");
+
+    std::function<int()> key_action;
+    auto* key = app.add_subcommand("key", "make and show identities (Ed25519 keys): no agent needed");
+    key->require_subcommand(1);
+    auto* generate = key->add_subcommand("generate", "write a new secret key to FILE (mode 0600) and its public line "
+                                                     "to FILE.pub; print the public line (append it to an agent's "
+                                                     "--authorized-keys)");
+    generate->add_option("file", o.key_file, "where the secret key goes (never overwritten)")->required();
+    generate->add_option("--name", o.key_name, "the name the public line carries (default: user@host)");
+    generate->callback([&] { key_action = [&] { return key_generate(o); }; });
+    auto* pub = key->add_subcommand("public", "print the public key line of secret key FILE");
+    pub->add_option("file", o.key_file, "a secret key file")->required();
+    pub->callback([&] { key_action = [&] { return key_public(o); }; });
+    auto* fp = key->add_subcommand("fingerprint", "print SHA256:... of a key: a secret key file, a file of public "
+                                                  "key lines (.pub, authorized keys), or a quoted public key line");
+    fp->add_option("key", o.key_file, "FILE or 'ed25519 BASE64 NAME'")->required();
+    fp->callback([&] { key_action = [&] { return key_fingerprint(o); }; });
 
     Action action;
     auto* ping = app.add_subcommand("ping", "round trips answered by the agent's progress thread");
@@ -276,6 +375,7 @@ int main(int argc, char** argv) {
         action = [](Client& c, const Target& t) { return do_ack(c, t, wire::Type::drain, {}); };
     });
     CLI11_PARSE(app, argc, argv);
+    if (key_action) return key_action();
     if (o.agent.empty() && o.peers_file.empty()) {
         std::cerr << "xctl: say which agents: --agent HOST:PORT or --peers-file PATH\n";
         return kExitUsage;

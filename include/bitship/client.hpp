@@ -32,6 +32,7 @@
 #include <bitship/bundle.hpp>
 #include <bitship/capabilities.hpp>
 #include <bitship/errc.hpp>
+#include <bitship/identity.hpp>
 #include <bitship/transport.hpp>
 
 namespace bitship {
@@ -59,6 +60,9 @@ struct AgentInfo {
     /// Host or DPU (and why), hardware threads, NUMA nodes and their memory, the CPU's name,
     /// GPUs: read by the agent with hwloc.
     Capabilities capabilities;
+    /// How the agent admits clients: `keys` (this client authenticated with its identity and
+    /// signs its code), `open` (no keys, loopback only) or `insecure` (no keys, beyond loopback).
+    AgentAccess access = AgentAccess::open;
 };
 
 /// A connected agent. Cheap to copy; valid while its Client lives. If the agent goes away,
@@ -152,6 +156,15 @@ struct ClientOptions {
     std::chrono::milliseconds call_timeout{60000};
     /// Pin UCX to the loopback device (tests, local demos).
     bool loopback_only = false;
+    /// Secret key file this client authenticates with (`xctl key generate FILE`); empty: the
+    /// file named by the environment variable BITSHIP_IDENTITY, if set. Without a key, only
+    /// agents without authorized keys (loopback, or --insecure) accept this client. create()
+    /// fails when the file is unreadable, malformed, or readable by group or others.
+    std::filesystem::path identity;
+    /// Secret key file of the author whose signature the shipped code carries (made once per
+    /// code hash); empty: the identity signs. Agents with authorized keys run code only by
+    /// authors they authorize, whoever ships or forwards it.
+    std::filesystem::path author;
 };
 
 /// Counters of what this client sent and received; for tests and benchmarks.

@@ -16,9 +16,11 @@
 #include "launcher.hpp"
 #include "core/engine.hpp"
 #include "core/wire.hpp"
+#include "raw_peer.hpp"
 
 using namespace bitship;
 using bitship::launch::AgentProcess;
+using bitship::test::RawPeer;
 using namespace std::chrono_literals;
 
 namespace {
@@ -41,73 +43,6 @@ std::vector<std::byte> read_bitcode() {
     std::memcpy(out.data(), chars.data(), chars.size());
     return out;
 }
-
-// A UCX peer that speaks the wire protocol by hand, with no client-side checks.
-class RawPeer {
-public:
-    RawPeer(const std::string& transport, std::uint16_t port) {
-        EngineOptions o;
-        o.transport = *parse_transport(transport);
-        o.loopback_only = true;
-        EngineHooks hooks;
-        hooks.on_message = [this](Incoming&& in) {
-            std::lock_guard lock(mutex_);
-            got_.push_back(std::move(in));
-            cv_.notify_all();
-        };
-        auto e = Engine::create(o, std::move(hooks));
-        REQUIRE(e);
-        engine_ = std::move(*e);
-        engine_->start();
-        engine_->post([this, port] {
-            auto ep = engine_->connect("127.0.0.1", port);
-            if (ep) {
-                ep_ = *ep;
-                engine_->send(ep_, wire::encode_hello("raw-peer"));
-            }
-        });
-        REQUIRE(wait(wire::Type::welcome, 0));
-    }
-    ~RawPeer() { engine_->stop(); }
-
-    void send(wire::Encoded e) {
-        engine_->post([this, e = std::move(e)]() mutable { engine_->send(ep_, std::move(e)); });
-    }
-
-    /// The first message of `type` for `request_id`, within 10 s.
-    std::optional<Incoming> wait(wire::Type type, std::uint64_t request_id) {
-        std::unique_lock lock(mutex_);
-        std::optional<Incoming> found;
-        cv_.wait_for(lock, 10s, [&] {
-            for (auto it = got_.begin(); it != got_.end(); ++it) {
-                if (it->header.type == type && it->header.request_id == request_id) {
-                    found = std::move(*it);
-                    got_.erase(it);
-                    return true;
-                }
-            }
-            return false;
-        });
-        return found;
-    }
-
-    /// The ERROR answering `request_id`, decoded.
-    std::pair<Errc, std::string> error_for(std::uint64_t request_id) {
-        auto in = wait(wire::Type::error, request_id);
-        REQUIRE(in);
-        auto m = wire::decode(in->header, in->payload);
-        REQUIRE(m);
-        auto e = std::get<wire::ErrorMsg>(m->body);
-        return {e.code, std::string(e.message)};
-    }
-
-private:
-    std::unique_ptr<Engine> engine_;
-    ucp_ep_h ep_ = nullptr;
-    std::mutex mutex_;
-    std::condition_variable cv_;
-    std::vector<Incoming> got_;
-};
 
 wire::Encoded valid_run(std::uint64_t id) {
     wire::Run r;

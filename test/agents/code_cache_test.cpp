@@ -61,6 +61,7 @@ Client make_client(const std::string& transport) {
     o.transport = *parse_transport(transport);
     o.loopback_only = true;
     o.call_timeout = 30s;
+    o.identity = bitship::launch::test_keys().secret; // some tests make the client before any agent
     auto c = Client::create(o);
     REQUIRE(c);
     return std::move(*c);

@@ -187,7 +187,7 @@ TEST_CASE("xctl info says what the agent is, ping answers, cache list and evict 
     CHECK(std::stoi(info["numa_nodes"].get<std::string>()) >= 1);
     CHECK(info["gpus"] == "0"); // from WELCOME's capabilities: no GPU path yet
     CHECK(info["sandbox"] == "n/a");
-    CHECK(info["trust"] == "n/a");
+    CHECK(info["trust"] == "keys (1 authorized; signed code only)"); // the launcher's test key
     CHECK(info["pid"] == std::to_string(agent.pid()));
 
     auto ping = xctl_json(agent, "ping --count 5");

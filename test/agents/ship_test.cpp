@@ -35,6 +35,7 @@ Client make_client(const std::string& transport, std::chrono::milliseconds call_
     o.transport = *parse_transport(transport);
     o.loopback_only = true;
     o.call_timeout = call_timeout;
+    o.identity = bitship::launch::test_keys().secret; // some tests make the client before any agent
     auto c = Client::create(o);
     REQUIRE(c);
     return std::move(*c);

@@ -11,10 +11,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto h = wire::decode_header(bytes.first(sizeof(wire::Header)), payload.size());
     if (!h) return 0;
     auto m = wire::decode(*h, payload);
-    if (m && std::holds_alternative<wire::Run>(m->body)) {
-        const auto& r = std::get<wire::Run>(m->body);
-        volatile std::size_t sink = r.entry.size() + r.args.size() + r.code.size();
-        (void)sink;
+    if (!m) return 0;
+    // Touch what each decoded view points at, so a view past the input would be caught.
+    volatile std::size_t sink = 0;
+    if (const auto* r = std::get_if<wire::Run>(&m->body)) {
+        sink = r->entry.size() + r->args.size() + r->code.size();
+        for (const auto& s : r->signatures) sink = sink + s.hash[31] + s.signer[31] + s.signature[63];
+    } else if (const auto* w = std::get_if<wire::Welcome>(&m->body)) {
+        sink = w->agent.size() + w->caps.numa.size() + static_cast<unsigned>(w->access) + w->challenge[31];
+    } else if (const auto* a = std::get_if<wire::Auth>(&m->body)) {
+        sink = a->key[0] + a->signature[63];
     }
+    (void)sink;
     return 0;
 }
