@@ -8,6 +8,9 @@
 //   flip     1 to 8 bytes XORed with a random non-zero value
 //   truncate the bitcode cut at a random length
 //   splice   the head of one seed joined to the tail of another, at random points
+//
+// The agent authorizes the client's key (launch::test_keys), so every input carries a valid
+// signature from an authorized author and is judged by the compiler, not by the trust checks.
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,6 +150,10 @@ int main(int argc, char** argv) {
         if (!client) throw std::runtime_error(client.error().describe());
         auto target = client->connect(agent->address());
         if (!target) throw std::runtime_error(target.error().describe());
+        // Every input must reach the compiler: signed by a key the agent authorizes.
+        if (target->info().access != AgentAccess::keys)
+            throw std::runtime_error(fmt::format("the agent runs with access '{}', not 'keys'", to_string(target->info().access)));
+        fmt::print("agent access: keys; every slice is signed by this client's authorized key\n");
 
         for (unsigned i = 0; i < inputs; ++i) {
             const std::size_t pick = rng() % all_seeds.size();
