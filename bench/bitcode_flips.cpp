@@ -96,6 +96,15 @@ std::string outcome_of(const Result<Bytes>& r) {
     if (r) return "compiled and ran";
     const auto& e = r.error();
     std::string what{to_string(e.code)};
+    if (e.code == Errc::compile_failed) {
+        // Which of the compiler process's ends, or LLVM's own refusal.
+        for (const char* cause : {"killed by SIGSEGV", "killed by SIGABRT", "killed by SIGBUS", "killed by SIGILL",
+                                  "killed by seccomp", "CPU limit", "wall clock", "out of memory", "LLVM fatal error"})
+            if (e.message.find(cause) != std::string::npos) return what + ": " + cause;
+        return what + ": other";
+    }
+    if (e.code == Errc::invalid_bitcode)
+        return what + (e.message.find("IR verifier") != std::string::npos ? ": IR verifier" : ": bitcode reader");
     if (e.code == Errc::policy_violation) {
         auto at = e.message.find("rule ");
         if (at != std::string::npos) what += " " + e.message.substr(at + 5, e.message.find(':', at) - at - 5);

@@ -115,7 +115,11 @@ Result<void> check_code_policy(const llvm::Module& module) {
     for (const auto& g : module.globals()) {
         // llvm.used and llvm.compiler.used only keep symbols alive (clang emits them for
         // kernels marked used); every other special global is refused.
-        if (g.getName() == "llvm.used" || g.getName() == "llvm.compiler.used") continue;
+        // Only as clang makes them: in section llvm.metadata (LLVM's code generator aborts on
+        // an llvm.compiler.used placed anywhere else: "unknown special variable").
+        if ((g.getName() == "llvm.used" || g.getName() == "llvm.compiler.used") && g.hasAppendingLinkage() &&
+            g.getSection() == "llvm.metadata")
+            continue;
         if (g.hasAppendingLinkage()) return tl::make_unexpected(refuse(kAppending, name_of(g)));
         if (g.getName().starts_with("llvm.")) return tl::make_unexpected(refuse(kReserved, name_of(g)));
         if (g.isThreadLocal()) return tl::make_unexpected(refuse(kThreadLocal, name_of(g)));
