@@ -39,7 +39,10 @@ TEST_CASE("a two-slice bundle kept under one slice's hash gives the other triple
     CHECK(sibling->hash == hash_of(bundle, 1));
     CHECK(*sibling->bundle == bundle);
 
-    auto x86 = store.retarget(wire::encode_run(9, wire::Run{.hash = hash_of(bundle, 0), .entry = "k"}), 9, kArm);
+    wire::Run run;
+    run.hash = hash_of(bundle, 0);
+    run.entry = "k";
+    auto x86 = store.retarget(wire::encode_run(9, run), 9, kArm);
     REQUIRE(x86);
     auto decoded = wire::decode(x86->message.header, x86->message.payload);
     REQUIRE(decoded);
