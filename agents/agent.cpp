@@ -1,4 +1,5 @@
 #include "agent_impl.hpp"
+#include "cuda_driver.hpp"
 
 namespace bitship::agent {
 
@@ -109,7 +110,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     }
     impl->control = ControlContext{impl->address(), impl->instance, impl->topology, impl->pool->size(), Clock::now(),
                                    impl->jit.get(), &impl->kernel_stats, [raw] { return raw->begin_drain(); },
-                                   trust_summary(*impl->gate)};
+                                   trust_summary(*impl->gate), describe(load_cuda_driver())};
+    spdlog::info("xagent: cuda: {}", impl->control.cuda);
     impl->pool->start();
     impl->engine->start();
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));

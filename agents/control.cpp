@@ -30,7 +30,7 @@ wire::Fields info_fields(const ControlContext& ctx, std::vector<std::string>& st
     auto uptime = std::chrono::duration<double>(std::chrono::steady_clock::now() - ctx.started).count();
     // The views point into `storage`, which must not reallocate: its size is fixed first.
     storage.clear();
-    storage.reserve(16);
+    storage.reserve(20);
     auto keep = [&](std::string s) -> std::string_view { return storage.emplace_back(std::move(s)); };
     wire::Fields f;
     f.fields = {
@@ -51,6 +51,7 @@ wire::Fields info_fields(const ControlContext& ctx, std::vector<std::string>& st
         {"uptime_s", keep(fmt::format("{:.1f}", uptime))},
         {"sandbox", kNotAvailable}, // software fault isolation: not built yet
         {"trust", keep(ctx.trust.empty() ? std::string(kNotAvailable) : ctx.trust)},
+        {"cuda", keep(ctx.cuda.empty() ? std::string(kNotAvailable) : ctx.cuda)},
     };
     return f;
 }

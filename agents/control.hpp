@@ -27,6 +27,8 @@ struct ControlContext {
     std::function<bool()> begin_drain;
     /// How clients are admitted and which code runs (INFO's "trust"); changed on SIGHUP.
     std::string trust;
+    /// The CUDA driver and its GPUs, or why there is none (INFO's "cuda"; cuda_driver.hpp).
+    std::string cuda;
 };
 
 /// Whether `type` is one of the control requests handle_control() answers.

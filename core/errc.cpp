@@ -35,6 +35,7 @@ std::string_view to_string(Errc code) noexcept {
     case Errc::out_of_bounds: return "out_of_bounds";
     case Errc::policy_violation: return "policy_violation";
     case Errc::unauthorized: return "unauthorized";
+    case Errc::no_device: return "no_device";
     }
     return "unknown_error";
 }

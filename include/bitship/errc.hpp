@@ -42,10 +42,11 @@ enum class Errc : std::uint32_t {
     out_of_bounds = 26,       ///< an address or range outside every region
     policy_violation = 27,    ///< the kernel's code breaks the agent's code policy (asm, ctors, ...)
     unauthorized = 28,        ///< the agent does not know the client's key, or the code's author
+    no_device = 29,           ///< a device (a GPU, its driver) the call or the agent needs is not there
 };
 
 /// The highest code this build knows; newer codes from a peer decode as Errc::internal.
-inline constexpr Errc kLastErrc = Errc::unauthorized;
+inline constexpr Errc kLastErrc = Errc::no_device;
 
 /// The stable, lower-case name of a code (`"unresolved_symbol"`).
 std::string_view to_string(Errc code) noexcept;
