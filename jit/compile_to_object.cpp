@@ -31,6 +31,7 @@
 #include "code_policy.hpp"
 #include "llvm_error.hpp"
 #include "optimise.hpp"
+#include "stage_clock.hpp"
 
 namespace bitship::jit {
 namespace {
@@ -39,14 +40,6 @@ namespace orc = llvm::orc;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kHashDigitsInMessages = 16;
-
-/// Milliseconds since `mark`, which then moves to now.
-double lap_ms(Clock::time_point& mark) {
-    auto now = Clock::now();
-    double ms = std::chrono::duration<double, std::milli>(now - mark).count();
-    mark = now;
-    return ms;
-}
 
 llvm::CodeGenOptLevel codegen_level(unsigned opt_level) {
     switch (opt_level) {

@@ -38,6 +38,7 @@
 
 #include "compile_to_object.hpp"
 #include "llvm_error.hpp"
+#include "stage_clock.hpp"
 
 namespace bitship::jit {
 namespace {
@@ -47,14 +48,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kRuntimeDylib = "bitship.runtime";
 constexpr std::size_t kHashDigitsInMessages = 16;
-
-/// Milliseconds since `mark`, which then moves to now.
-double lap_ms(Clock::time_point& mark) {
-    auto now = Clock::now();
-    double ms = std::chrono::duration<double, std::milli>(now - mark).count();
-    mark = now;
-    return ms;
-}
 
 /// What happened while an object was linked (the memory it took, link errors), filed under
 /// its JITDylib's name (unique per compile) and collected by the compile that added it. Linking
