@@ -67,6 +67,46 @@ struct CompilerOptions {
 /// stops the kernel with policy_violation.
 inline constexpr const char* kForgedCallSymbol = "__bitship_forged_call";
 
+/// How shipped code is confined (xagent --sandbox).
+enum class Sandbox : unsigned {
+    /// Today's behaviour: kernels reach all of the agent's memory (operators who trust their code).
+    none = 0,
+    /// Software fault isolation (sfi_pass.hpp): every load, store and memory intrinsic is
+    /// confined to the agent's arena, address-taken stack data lives on an unsafe stack inside
+    /// it, return addresses and spills stay on the thread's own stack outside it.
+    sfi = 1,
+};
+[[nodiscard]] std::string_view to_string(Sandbox mode);
+
+/// Symbols code compiled for Sandbox::sfi refers to; the agent defines them in that mode.
+/// Absolute symbols whose *address* is the value: the arena's base (aligned to its size) and
+/// its size minus one. A confined address is (address & mask) | base.
+inline constexpr const char* kArenaBaseSymbol = "__bs_arena_base";
+inline constexpr const char* kArenaMaskSymbol = "__bs_arena_mask";
+/// `bs_unsafe_stack* __bs_unsafe_stack(void)`: the calling thread's unsafe stack (below).
+inline constexpr const char* kUnsafeStackSymbol = "__bs_unsafe_stack";
+/// `void __bs_stack_overflow(void)`, never returns: a frame would go below the unsafe stack's limit.
+inline constexpr const char* kStackOverflowSymbol = "__bs_stack_overflow";
+
+/// What __bs_unsafe_stack returns: a thread's stack for address-taken data, inside the arena,
+/// growing down. Instrumented functions move `sp` down by their frame on entry (calling
+/// __bs_stack_overflow when it would pass `limit`) and put it back on return.
+struct UnsafeStack {
+    std::byte* sp = nullptr;
+    std::byte* limit = nullptr;
+};
+
+/// Where the linker places sandboxed code: data (read-only and writable segments, the GOT)
+/// inside the arena so that confined loads and stores reach it, code (R-X) outside it, and the
+/// two within 2 GiB of each other (code model small: PC-relative references). Both ranges are
+/// reserved (PROT_NONE) by their owner and page-aligned; the JIT maps and protects pages in them.
+struct CodeZones {
+    std::byte* data = nullptr;
+    std::size_t data_size = 0;
+    std::byte* code = nullptr;
+    std::size_t code_size = 0;
+};
+
 struct JitOptions {
     /// The kernel.h runtime plus what the operator exports on purpose; the curated libc/libm
     /// subset is added by the JIT itself. Nothing outside these resolves.
@@ -87,6 +127,10 @@ struct JitOptions {
     std::size_t cache_disk_mib = 0;
     /// Where compiles run (xagent's default: CompilerMode::process).
     CompilerOptions compiler;
+    /// How shipped code is confined. Sandbox::sfi needs `zones`, and `exports` defining the
+    /// kArena*/kUnsafeStack/kStackOverflow symbols; its objects are cached apart from none's.
+    Sandbox sandbox = Sandbox::none;
+    CodeZones zones;
 };
 
 /// Where a compile spent its time, in milliseconds.

@@ -1,0 +1,119 @@
+#pragma once
+// The sandbox arena (xagent --sandbox sfi): one reserved, size-aligned virtual range per agent
+// holding everything a shipped kernel may touch. Code compiled for jit::Sandbox::sfi confines
+// every load and store to it ((address & mask) | base), so a kernel cannot read or write a byte
+// of the agent outside it.
+//
+// Layout, from the base (size 2^N, aligned to 2^N):
+//   [guard]          2 MiB, PROT_NONE: a confined null pointer faults here
+//   regions          the agent's memory regions (allocate_region), registered with UCX
+//   thread areas     one per thread that runs kernels, each:
+//                      guard | unsafe stack | guard | kernel heap (the quota) | guard | call buffer | guard
+//   JIT data         the kernels' read-only and writable data (CodeZones::data)
+//   [guard]          64 KiB at the top of the arena
+// and outside it, after a guard: the kernels' code (CodeZones::code), within 2 GiB of their data.
+// Whatever is not handed out is PROT_NONE, so a confined access that lands there faults (the
+// kernel guard stops that kernel), and nothing else of the process is ever mapped inside.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <bitship/errc.hpp>
+
+#include "jit.hpp"
+
+namespace bitship::agent {
+
+class KernelHeap;
+
+struct ArenaOptions {
+    /// log2 of the arena's size (36: 64 GiB of address space, reserved, not committed).
+    unsigned size_log2 = 36;
+    /// Each call's kernel heap quota (xagent --kernel-heap-mib).
+    std::size_t heap_bytes = std::size_t{64} << 20;
+    /// Each thread's unsafe stack (address-taken locals, arrays on the stack).
+    std::size_t stack_bytes = std::size_t{8} << 20;
+    /// Each thread's call buffer: the call's arguments are copied here (the agent's max_args).
+    std::size_t call_buffer_bytes = std::size_t{1} << 20;
+    /// Most threads that may run kernels (workers); one area each.
+    unsigned max_threads = 64;
+    /// JIT data zone inside the arena, and code zone after it.
+    std::size_t jit_data_bytes = std::size_t{512} << 20;
+    std::size_t jit_code_bytes = std::size_t{512} << 20;
+};
+
+/// What one thread's kernel calls use inside the arena.
+struct ThreadArea {
+    jit::UnsafeStack stack;          ///< sp is reset to `stack_top` at every call's start
+    std::byte* stack_top = nullptr;
+    std::byte* call_buffer = nullptr; ///< the call's arguments, 16-byte aligned
+    std::size_t call_buffer_bytes = 0;
+    KernelHeap* heap = nullptr;       ///< this thread's calls' heap (reset after each call)
+};
+
+class SandboxArena {
+public:
+    /// Reserves the arena and its code zone (address space only), and maps the per-thread
+    /// areas' pages on first use. too_large when the address space cannot be had.
+    static Result<std::unique_ptr<SandboxArena>> reserve(const ArenaOptions& options);
+    ~SandboxArena();
+    SandboxArena(const SandboxArena&) = delete;
+    SandboxArena& operator=(const SandboxArena&) = delete;
+
+    [[nodiscard]] std::byte* base() const noexcept { return base_; }
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    [[nodiscard]] std::uint64_t mask() const noexcept { return size_ - 1; }
+    /// Whether [p, p + n) lies wholly inside the arena (n may be 0). Any thread, no lock.
+    [[nodiscard]] bool contains(const void* p, std::size_t n) const noexcept {
+        auto a = reinterpret_cast<std::uintptr_t>(p);
+        auto b = reinterpret_cast<std::uintptr_t>(base_);
+        return a >= b && n <= size_ && a - b <= size_ - n;
+    }
+
+    /// Address space for a region of `bytes` (rounded up to 2 MiB, 2 MiB aligned), still
+    /// PROT_NONE: the caller maps it there (MAP_FIXED, or UCX's fixed allocation). too_large
+    /// when the regions' zone has no room.
+    Result<std::byte*> allocate_region(std::size_t bytes);
+    /// Gives a region's range back: its pages are replaced by PROT_NONE (never left unmapped,
+    /// where something else of the process could be mapped).
+    void release_region(std::byte* at, std::size_t bytes) noexcept;
+
+    /// The calling thread's area, claimed on its first call (its pages mapped then).
+    /// too_large once max_threads threads have claimed one.
+    Result<ThreadArea*> this_thread();
+
+    /// Where the JIT places sandboxed code (see jit::CodeZones).
+    [[nodiscard]] jit::CodeZones zones() const noexcept { return zones_; }
+
+    [[nodiscard]] const ArenaOptions& options() const noexcept { return options_; }
+
+private:
+    SandboxArena() = default;
+    struct Span {
+        std::size_t offset = 0;
+        std::size_t size = 0;
+    };
+
+    ArenaOptions options_;
+    std::byte* reservation_ = nullptr; // the whole mapping, arena + guard + code zone, for munmap
+    std::size_t reservation_size_ = 0;
+    std::byte* base_ = nullptr;
+    std::size_t size_ = 0;
+    jit::CodeZones zones_;
+
+    std::mutex mutex_;
+    std::size_t regions_begin_ = 0; // offsets from base_
+    std::size_t regions_end_ = 0;
+    std::vector<Span> free_regions_; // free spans of the regions' zone, by offset
+    std::size_t areas_begin_ = 0;
+    std::size_t area_stride_ = 0;
+    std::vector<std::unique_ptr<ThreadArea>> areas_;
+    std::vector<std::unique_ptr<KernelHeap>> heaps_;
+    std::atomic<std::uint64_t> id_{0}; // tells this arena's thread_local claims from another's
+};
+
+} // namespace bitship::agent
