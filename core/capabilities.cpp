@@ -20,6 +20,14 @@ const char* to_string(NodeKind kind) noexcept {
     return "unknown";
 }
 
+const char* to_string(SandboxMode mode) noexcept {
+    switch (mode) {
+    case SandboxMode::none: return "none";
+    case SandboxMode::sfi: return "sfi";
+    }
+    return "unknown";
+}
+
 namespace wire {
 namespace {
 

@@ -81,6 +81,7 @@ void Client::Impl::on_welcome(Peer& p, const wire::Welcome& w) {
     info->instance = w.instance;
     info->capabilities = w.caps;
     info->access = w.access;
+    info->sandbox = w.sandbox;
     // An agent restarted on another architecture takes other slices.
     if (p.info && p.info->triple != info->triple) p.slice_by_bundle.clear();
     p.info = std::move(info);

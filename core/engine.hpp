@@ -155,13 +155,19 @@ public:
         ucp_mem_h memh = nullptr;
         std::vector<std::byte> packed_rkey;
         bool ucx_allocated = false; ///< shared memory UCX allocated (freed by ucp_mem_unmap)
+        bool fixed = false;         ///< placed where the caller said: its range is the caller's to re-reserve
         std::string pages;          ///< what backs it, as the kernel reports ("4 KiB pages", ...)
     };
     /// private: our own anonymous mapping, 2 MiB aligned, transparent huge pages. shared:
     /// allocated by UCX from a shared-memory domain, so same-host peers can map it and read it
     /// by direct loads (falls back to private-like memory when no such domain is enabled).
     enum class RegionMemory { private_pages, shared };
-    Result<Mapped> map_memory(std::size_t size, RegionMemory memory = RegionMemory::private_pages);
+    /// `at`: where to place it (2 MiB aligned, in a range the caller reserved, e.g. the sandbox
+    /// arena); nullptr: anywhere.
+    Result<Mapped> map_memory(std::size_t size, RegionMemory memory = RegionMemory::private_pages, void* at = nullptr);
+    /// Deregisters and frees. Memory placed with `at` is left mapped when it is our own
+    /// (the caller replaces it with its reservation, so the range never comes free); UCX's
+    /// shared memory is unmapped by UCX.
     void unmap_memory(Mapped& m);
 
     /// The local address at which remote address `remote` of `rkey` can be read by plain loads

@@ -43,7 +43,7 @@ std::string page_size_of(const void* base) {
 }
 } // namespace
 
-Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory) {
+Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory, void* at) {
     constexpr std::size_t kHuge = 2u << 20;
     std::size_t length = (size + kHuge - 1) / kHuge * kHuge;
     Mapped m;
@@ -53,9 +53,9 @@ Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory)
         // gives them to shared memory (transparent_hugepage/shmem_enabled).
         ucp_mem_map_params_t params{};
         params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-        params.address = nullptr;
+        params.address = at;
         params.length = length;
-        params.flags = UCP_MEM_MAP_ALLOCATE;
+        params.flags = UCP_MEM_MAP_ALLOCATE | (at ? UCP_MEM_MAP_FIXED : 0u);
         if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK)
             return tl::make_unexpected(from_ucs(s, fmt::format("allocating {} bytes of shared memory", size)));
         ucp_mem_attr_t attr{};
@@ -67,20 +67,35 @@ Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory)
         m.base = attr.address;
         m.mapped_length = attr.length;
         m.ucx_allocated = true;
+        m.fixed = at != nullptr;
+        if (at && attr.address != at) {
+            ucp_mem_unmap(context_.get(), m.memh);
+            return fail(Errc::internal, fmt::format("UCX placed shared memory at {}, not at {} as asked", attr.address, at));
+        }
         madvise(m.base, m.mapped_length, MADV_HUGEPAGE); // a hint
         std::memset(m.base, 0, m.mapped_length);           // touched now, not during the first timed walk
     } else {
         // Our own anonymous mapping, 2 MiB aligned and marked for transparent huge pages:
         // kernels walk regions at random, and with 4 KiB pages every hop of a chase is a TLB
         // miss too.
-        void* raw = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (raw == MAP_FAILED) return fail(Errc::too_large, fmt::format("cannot map {} bytes: {}", size, std::strerror(errno)));
-        auto addr = reinterpret_cast<std::uintptr_t>(raw);
-        auto aligned = (addr + kHuge - 1) / kHuge * kHuge;
-        // Trim the unaligned head and tail so munmap(base, length) releases exactly what is left.
-        if (aligned > addr) munmap(raw, aligned - addr);
-        if (auto tail = addr + length + kHuge - (aligned + length); tail > 0) munmap(reinterpret_cast<void*>(aligned + length), tail);
-        void* base = reinterpret_cast<void*>(aligned);
+        void* base = nullptr;
+        if (at) {
+            // Over the caller's reservation, atomically: the range is never free meanwhile.
+            base = mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+            if (base == MAP_FAILED)
+                return fail(Errc::too_large, fmt::format("cannot map {} bytes at {}: {}", size, at, std::strerror(errno)));
+            m.fixed = true;
+        } else {
+            void* raw = mmap(nullptr, length + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (raw == MAP_FAILED) return fail(Errc::too_large, fmt::format("cannot map {} bytes: {}", size, std::strerror(errno)));
+            auto addr = reinterpret_cast<std::uintptr_t>(raw);
+            auto aligned = (addr + kHuge - 1) / kHuge * kHuge;
+            // Trim the unaligned head and tail so munmap(base, length) releases exactly what is left.
+            if (aligned > addr) munmap(raw, aligned - addr);
+            if (auto tail = addr + length + kHuge - (aligned + length); tail > 0)
+                munmap(reinterpret_cast<void*>(aligned + length), tail);
+            base = reinterpret_cast<void*>(aligned);
+        }
         madvise(base, length, MADV_HUGEPAGE); // a hint: without THP the region still works
         std::memset(base, 0, length);
         ucp_mem_map_params_t params{};
@@ -88,7 +103,7 @@ Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory)
         params.address = base;
         params.length = length;
         if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK) {
-            munmap(base, length);
+            if (!m.fixed) munmap(base, length);
             return tl::make_unexpected(from_ucs(s, fmt::format("registering {} bytes", size)));
         }
         m.base = base;
@@ -110,7 +125,7 @@ Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory)
 
 void Engine::unmap_memory(Mapped& m) {
     if (m.memh) ucp_mem_unmap(context_.get(), m.memh); // frees it too when UCX allocated it
-    if (m.base && !m.ucx_allocated) munmap(m.base, m.mapped_length);
+    if (m.base && !m.ucx_allocated && !m.fixed) munmap(m.base, m.mapped_length);
     m = Mapped{};
 }
 

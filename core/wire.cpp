@@ -79,6 +79,13 @@ Result<bool> read_session(std::span<const std::byte> rest, Welcome& w) {
         return fail(Errc::malformed_message, fmt::format("WELCOME message: access mode {} is none of open (0), keys (1), "
                                                          "insecure (2)", *access));
     w.access = static_cast<AgentAccess>(*access);
+    if (in.remaining() == 0) return true; // an agent from before the sandbox field
+    auto sandbox = in.u8();
+    if (!sandbox) return fail(Errc::malformed_message, "WELCOME message: the sandbox field runs past the end of its block");
+    if (*sandbox > static_cast<std::uint8_t>(SandboxMode::sfi))
+        return fail(Errc::malformed_message,
+                    fmt::format("WELCOME message: sandbox mode {} is none of none (0), sfi (1)", *sandbox));
+    w.sandbox = static_cast<SandboxMode>(*sandbox);
     return true;
 }
 
@@ -414,6 +421,7 @@ Encoded encode_welcome(const Welcome& x) {
     ByteWriter session;
     session.u8(static_cast<std::uint8_t>(x.access));
     write_array(session, x.challenge);
+    session.u8(static_cast<std::uint8_t>(x.sandbox));
     auto tail = std::move(session).take();
     block.insert(block.end(), tail.begin(), tail.end());
     w.blob32(block);

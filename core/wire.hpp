@@ -99,6 +99,8 @@ struct Welcome {
     AgentAccess access = AgentAccess::open;
     /// Fresh random bytes per connection: what AUTH signs (core/signing.hpp). Zero when open.
     std::array<std::uint8_t, 32> challenge{};
+    /// After the challenge: `u8 sandbox`. Absent (an older agent): none.
+    SandboxMode sandbox = SandboxMode::none;
 };
 
 /// AUTH: the client's public key and its signature over (challenge, instance, key).

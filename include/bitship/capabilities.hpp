@@ -18,6 +18,15 @@ enum class NodeKind : std::uint8_t {
 /// "host" or "dpu".
 const char* to_string(NodeKind kind) noexcept;
 
+/// How an agent confines the kernels it runs (xagent --sandbox), as WELCOME says.
+enum class SandboxMode : std::uint8_t {
+    none = 0, ///< kernels reach all of the agent's memory: the operator trusts the code it runs
+    sfi = 1,  ///< software fault isolation: every load and store confined to the agent's arena
+};
+
+/// "none" or "sfi".
+const char* to_string(SandboxMode mode) noexcept;
+
 /// One NUMA node of the agent's machine.
 struct NumaNode {
     std::uint32_t os_index = 0;     ///< the OS's number for it (node0, node1, ...)

@@ -63,6 +63,8 @@ struct AgentInfo {
     /// How the agent admits clients: `keys` (this client authenticated with its identity and
     /// signs its code), `open` (no keys, loopback only) or `insecure` (no keys, beyond loopback).
     AgentAccess access = AgentAccess::open;
+    /// How the agent confines the kernels it runs (xagent --sandbox).
+    SandboxMode sandbox = SandboxMode::none;
 };
 
 /// A connected agent. Cheap to copy; valid while its Client lives. If the agent goes away,

@@ -58,15 +58,44 @@ TEST_CASE("WELCOME carries the access mode and the connection's challenge after 
     CHECK(w.challenge == keyed_welcome().challenge);
     CHECK(w.caps.pus == 4);
     CHECK(w.instance == 99);
+    CHECK(w.sandbox == SandboxMode::none);
+}
+
+TEST_CASE("WELCOME carries the sandbox mode last; an agent from before it reads as none", "[unit]") {
+    auto w = keyed_welcome();
+    w.sandbox = SandboxMode::sfi;
+    auto e = wire::encode_welcome(w);
+    auto m = wire::decode(e.header, e.payload);
+    REQUIRE(m);
+    CHECK(std::get<wire::Welcome>(m->body).sandbox == SandboxMode::sfi);
+    CHECK(std::get<wire::Welcome>(m->body).access == AgentAccess::keys);
+
+    e.payload.back() = std::byte{9};
+    auto unknown = wire::decode(e.header, e.payload);
+    REQUIRE_FALSE(unknown);
+    CHECK(unknown.error().code == Errc::malformed_message);
+    CHECK_THAT(unknown.error().message, Catch::Contains("sandbox mode 9"));
+
+    // Without the sandbox byte: the access mode and challenge still read, the sandbox is none.
+    auto caps_size = wire::encode_capabilities(w.caps).size();
+    auto payload = wire::encode_welcome(w).payload;
+    payload.resize(payload.size() - 1);
+    std::uint32_t block = static_cast<std::uint32_t>(caps_size + 33);
+    std::memcpy(payload.data() + payload.size() - (caps_size + 33) - 4, &block, 4);
+    e.header.payload_size = static_cast<std::uint32_t>(payload.size());
+    auto older = wire::decode(e.header, payload);
+    REQUIRE(older);
+    CHECK(std::get<wire::Welcome>(older->body).sandbox == SandboxMode::none);
+    CHECK(std::get<wire::Welcome>(older->body).access == AgentAccess::keys);
 }
 
 TEST_CASE("a WELCOME without session fields (an older agent) reads as open access", "[unit]") {
     auto w = keyed_welcome();
     auto e = wire::encode_welcome(w);
-    // Cut the 33 session bytes off the end of the block, and shorten its length prefix.
+    // Cut the 34 session bytes off the end of the block, and shorten its length prefix.
     auto caps_size = wire::encode_capabilities(w.caps).size();
     auto payload = e.payload;
-    payload.resize(payload.size() - 33);
+    payload.resize(payload.size() - 34);
     std::uint32_t block = static_cast<std::uint32_t>(caps_size);
     std::memcpy(payload.data() + payload.size() - caps_size - 4, &block, 4);
     e.header.payload_size = static_cast<std::uint32_t>(payload.size());
@@ -79,12 +108,13 @@ TEST_CASE("a WELCOME without session fields (an older agent) reads as open acces
 TEST_CASE("WELCOME session fields cut short or naming an unknown access mode are refused", "[unit]") {
     auto w = keyed_welcome();
     auto caps_size = wire::encode_capabilities(w.caps).size();
-    for (std::size_t cut = 1; cut < 33; ++cut) {
+    // Cutting 1 leaves a whole pre-sandbox block (above); 34 leaves none (an older agent).
+    for (std::size_t cut = 2; cut < 34; ++cut) {
         auto e = wire::encode_welcome(w);
         auto payload = e.payload;
         payload.resize(payload.size() - cut);
-        std::uint32_t block = static_cast<std::uint32_t>(caps_size + 33 - cut);
-        std::memcpy(payload.data() + payload.size() - (caps_size + 33 - cut) - 4, &block, 4);
+        std::uint32_t block = static_cast<std::uint32_t>(caps_size + 34 - cut);
+        std::memcpy(payload.data() + payload.size() - (caps_size + 34 - cut) - 4, &block, 4);
         e.header.payload_size = static_cast<std::uint32_t>(payload.size());
         auto m = wire::decode(e.header, payload);
         INFO("cut " << cut);
@@ -92,7 +122,7 @@ TEST_CASE("WELCOME session fields cut short or naming an unknown access mode are
         CHECK(m.error().code == Errc::malformed_message);
     }
     auto e = wire::encode_welcome(w);
-    e.payload[e.payload.size() - 33] = std::byte{7}; // the access byte
+    e.payload[e.payload.size() - 34] = std::byte{7}; // the access byte
     auto m = wire::decode(e.header, e.payload);
     REQUIRE_FALSE(m);
     CHECK_THAT(m.error().message, Catch::Contains("access mode 7"));
