@@ -40,11 +40,24 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     install_kernel_guard();
     if (auto trust = set_up_trust(*impl); !trust) return tl::make_unexpected(trust.error());
 
-    // 1. The JIT, linking kernels against the runtime, the curated libc subset and the
-    //    operator's exports only.
+    // 1. The sandbox (its arena holds regions and kernel data), then the JIT, linking kernels
+    //    against the runtime (checked, under sfi), the curated libc subset and the operator's
+    //    exports only.
+    SandboxConfig sc;
+    sc.mode = config.sandbox;
+    sc.kernel_heap_mib = config.kernel_heap_mib;
+    sc.arena_log2 = config.sandbox_arena_log2;
+    sc.max_args = config.limits.max_args;
+    sc.canary = config.sandbox_canary;
+    // Workers, plus whichever thread leads progress and runs what it received.
+    sc.threads = (config.workers ? config.workers : impl->topology.cores) + 2;
+    auto sandbox = KernelSandbox::create(sc);
+    if (!sandbox) return tl::make_unexpected(sandbox.error());
+    impl->sandbox = std::move(*sandbox);
     jit::JitOptions jo;
     jo.exports = runtime_exports();
     jo.exports.insert(jo.exports.end(), config.exports.begin(), config.exports.end());
+    impl->sandbox->configure(jo);
     jo.opt_level = config.opt_level;
     jo.cache_dir = config.cache_dir;
     jo.tiers = config.jit_tiers;
@@ -84,7 +97,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
         memory = config.transport == Transport::tcp ? AgentConfig::RegionMemory::private_pages : AgentConfig::RegionMemory::shared;
     impl->regions = std::make_unique<RegionTable>(*impl->engine, memory == AgentConfig::RegionMemory::shared
                                                                      ? Engine::RegionMemory::shared
-                                                                     : Engine::RegionMemory::private_pages);
+                                                                     : Engine::RegionMemory::private_pages,
+                                                   impl->sandbox->arena());
 
     // 2. Workers: an idle one leads progress unless the operator said no.
     unsigned workers = config.workers ? config.workers : impl->topology.cores;
@@ -110,7 +124,9 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     }
     impl->control = ControlContext{impl->address(), impl->instance, impl->topology, impl->pool->size(), Clock::now(),
                                    impl->jit.get(), &impl->kernel_stats, [raw] { return raw->begin_drain(); },
-                                   trust_summary(*impl->gate), describe(load_cuda_driver())};
+                                   trust_summary(*impl->gate), describe(load_cuda_driver()),
+                                   [box = impl->sandbox.get()] { return box->summary(); }};
+    spdlog::info("xagent: sandbox: {}", impl->sandbox->summary());
     spdlog::info("xagent: cuda: {}", impl->control.cuda);
     impl->pool->start();
     impl->engine->start();

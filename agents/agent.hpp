@@ -81,6 +81,15 @@ struct AgentConfig {
     /// This agent's secret key file, presented to peer agents it forwards to (empty: none; a
     /// peer with authorized keys then refuses its forwards).
     std::filesystem::path identity;
+    /// How shipped kernels are confined (xagent --sandbox): sfi by default; none for operators
+    /// who trust their code and want the last percent.
+    SandboxMode sandbox = SandboxMode::sfi;
+    /// Under sfi: each call's kernel heap quota, MiB (xagent --kernel-heap-mib), and the
+    /// arena's size as a power of two (xagent --sandbox-arena-gib).
+    std::size_t kernel_heap_mib = 64;
+    unsigned sandbox_arena_log2 = 36;
+    /// A canary page outside the arena whose state INFO reports (tests; xagent --sandbox-canary).
+    bool sandbox_canary = false;
 };
 
 /// Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost).

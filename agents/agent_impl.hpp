@@ -32,6 +32,7 @@
 #include "kernel_guard.hpp"
 #include "kernel_stats.hpp"
 #include "log_limiter.hpp"
+#include "kernel_sandbox.hpp"
 #include "regions.hpp"
 #include "runtime.hpp"
 #include "session_gate.hpp"
@@ -119,6 +120,7 @@ std::pair<std::string, std::uint16_t> split_host_port(std::string_view a);
 
 struct Agent::Impl {
     AgentConfig config;
+    std::unique_ptr<KernelSandbox> sandbox; // before the JIT and regions, which live in its arena
     std::unique_ptr<jit::Jit> jit;
     std::unique_ptr<Engine> engine;
     std::unique_ptr<RegionTable> regions;
@@ -207,6 +209,9 @@ struct Agent::Impl {
     void prepare_ctx(bs_ctx& ctx, const RunRequest& r);
     void record_run(const RunRequest& r, const Runnable& what, Clock::duration took);
     void run_kernel(std::shared_ptr<RunRequest> r, Runnable what);
+    /// run_guarded, with shipped code bound to the sandbox for the call (kernel_sandbox.hpp).
+    std::optional<Error> run_sandboxed(const Runnable& what, bs_ctx& ctx, void (*started)(void*) = nullptr,
+                                       void* started_arg = nullptr);
     void finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,
                        const std::optional<Error>& stopped, bs_ctx& ctx);
 

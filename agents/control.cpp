@@ -49,7 +49,7 @@ wire::Fields info_fields(const ControlContext& ctx, std::vector<std::string>& st
         {"llvm", keep(to_string(host.llvm))},
         {"workers", keep(std::to_string(ctx.workers))},
         {"uptime_s", keep(fmt::format("{:.1f}", uptime))},
-        {"sandbox", kNotAvailable}, // software fault isolation: not built yet
+        {"sandbox", keep(ctx.sandbox ? ctx.sandbox() : std::string(kNotAvailable))},
         {"trust", keep(ctx.trust.empty() ? std::string(kNotAvailable) : ctx.trust)},
         {"cuda", keep(ctx.cuda.empty() ? std::string(kNotAvailable) : ctx.cuda)},
     };

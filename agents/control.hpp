@@ -29,6 +29,8 @@ struct ControlContext {
     std::string trust;
     /// The CUDA driver and its GPUs, or why there is none (INFO's "cuda"; cuda_driver.hpp).
     std::string cuda;
+    /// How shipped kernels are confined (INFO's "sandbox"; kernel_sandbox.hpp).
+    std::function<std::string()> sandbox;
 };
 
 /// Whether `type` is one of the control requests handle_control() answers.

@@ -122,6 +122,16 @@ void Agent::Impl::prepare_ctx(bs_ctx& ctx, const RunRequest& r) {
     ctx.create_region = [this](const char* name, std::size_t size) { return create_region_from_worker(name, size); };
 }
 
+std::optional<Error> Agent::Impl::run_sandboxed(const Runnable& what, bs_ctx& ctx, void (*started)(void*), void* arg) {
+    // Shipped code runs bound to its thread's area of the arena (under sfi); an operator's
+    // native kernel (no code object) is its own and runs as it is.
+    if (!what.code) return run_guarded(what.fn, &ctx, config.kernel_timeout, started, arg);
+    if (auto entered = sandbox->enter(ctx); !entered) return entered.error();
+    auto stopped = run_guarded(what.fn, &ctx, config.kernel_timeout, started, arg);
+    sandbox->leave();
+    return stopped;
+}
+
 void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
     if (WorkerPool::on_leading_worker()) {
         // The worker that received the RUN runs it and answers, with no hand-off to another
@@ -134,7 +144,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         auto began = Clock::now();
         // No watchdog wake-up here (it would cost a short kernel more than it runs); the
         // watchdog sees this kernel within Engine::kDeepWait.
-        engine->run_released([&] { stopped = run_guarded(what.fn, &ctx, config.kernel_timeout); });
+        engine->run_released([&] { stopped = run_sandboxed(what, ctx); });
         record_run(*r, what, Clock::now() - began);
         ctx.create_region = nullptr;
         finish_kernel(r, what.code, stopped, ctx);
@@ -144,7 +154,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         bs_ctx ctx;
         prepare_ctx(ctx, *r);
         auto began = Clock::now();
-        auto stopped = run_guarded(what.fn, &ctx, config.kernel_timeout, &wake_watchdog, engine.get());
+        auto stopped = run_sandboxed(what, ctx, &wake_watchdog, engine.get());
         record_run(*r, what, Clock::now() - began);
         ctx.create_region = nullptr;
         engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {

@@ -1,5 +1,7 @@
 #include "regions.hpp"
 
+#include "sandbox_arena.hpp"
+
 #include <cctype>
 #include <mutex>
 
@@ -43,8 +45,17 @@ Result<const Region*> RegionTable::create(const std::string& name, std::size_t s
         std::shared_lock lock(mutex_);
         if (auto it = regions_.find(name); it != regions_.end()) return it->second.get();
     }
-    auto mapped = engine_.map_memory(size, memory_);
-    if (!mapped) return fail(mapped.error().code, fmt::format("region '{}' ({} bytes): {}", name, size, mapped.error().message));
+    std::byte* at = nullptr;
+    if (arena_) {
+        auto place = arena_->allocate_region(size);
+        if (!place) return fail(place.error().code, fmt::format("region '{}' ({} bytes): {}", name, size, place.error().message));
+        at = *place;
+    }
+    auto mapped = engine_.map_memory(size, memory_, at);
+    if (!mapped) {
+        if (at) arena_->release_region(at, size);
+        return fail(mapped.error().code, fmt::format("region '{}' ({} bytes): {}", name, size, mapped.error().message));
+    }
     auto r = std::make_unique<Region>();
     r->name = name;
     r->base = mapped->base;
@@ -65,7 +76,13 @@ const Region* RegionTable::find(std::string_view name) const {
 
 void RegionTable::clear() {
     std::unique_lock lock(mutex_);
-    for (auto& [name, r] : regions_) engine_.unmap_memory(r->mapped);
+    for (auto& [name, r] : regions_) {
+        auto* base = static_cast<std::byte*>(r->mapped.base);
+        auto length = r->mapped.mapped_length;
+        bool fixed = r->mapped.fixed;
+        engine_.unmap_memory(r->mapped);
+        if (fixed && arena_) arena_->release_region(base, length);
+    }
     regions_.clear();
 }
 

@@ -29,9 +29,14 @@ struct RegionSpec {
 };
 Result<RegionSpec> parse_region_spec(std::string_view spec);
 
+class SandboxArena;
+
 class RegionTable {
 public:
-    RegionTable(Engine& engine, Engine::RegionMemory memory) : engine_(engine), memory_(memory) {}
+    /// `arena`: where regions are placed under --sandbox sfi (kernels reach only the arena);
+    /// nullptr: anywhere.
+    RegionTable(Engine& engine, Engine::RegionMemory memory, SandboxArena* arena = nullptr)
+        : engine_(engine), memory_(memory), arena_(arena) {}
     ~RegionTable();
     RegionTable(const RegionTable&) = delete;
     RegionTable& operator=(const RegionTable&) = delete;
@@ -47,6 +52,7 @@ public:
 private:
     Engine& engine_;
     Engine::RegionMemory memory_;
+    SandboxArena* arena_;
     mutable std::shared_mutex mutex_;
     std::map<std::string, std::unique_ptr<Region>, std::less<>> regions_;
 };

@@ -102,6 +102,7 @@ void Agent::Impl::on_message(Incoming&& in) {
         w.caps = topology.caps;
         w.access = gate->access();
         w.challenge = gate->open_session(conn);
+        w.sandbox = sandbox->mode();
         reply(in.ep, conn, wire::encode_welcome(w));
         return;
     }

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -165,6 +166,26 @@ int main(int argc, char** argv) {
                  "otherwise); said at start and in every WELCOME");
     app.add_option("--identity", identity, "this agent's secret key file, presented to peer agents it forwards to")
         ->envname("BITSHIP_IDENTITY");
+    std::string sandbox = "sfi";
+    std::size_t arena_gib = std::size_t{1} << (config.sandbox_arena_log2 - 30);
+    app.add_option("--sandbox", sandbox,
+                   "how shipped kernels are confined: sfi (every load and store kept inside the agent's arena; kernel "
+                   "heap per call) or none (kernels reach all agent memory: only for code you trust)")
+        ->check(CLI::IsMember({"sfi", "none"}))->capture_default_str();
+    app.add_option("--kernel-heap-mib", config.kernel_heap_mib,
+                   "under --sandbox sfi: what one call may hold from malloc, MiB; reclaimed when the call ends")
+        ->check(CLI::Range(1, 1 << 20))->capture_default_str();
+    app.add_option("--sandbox-arena-gib", arena_gib,
+                   "under --sandbox sfi: the arena's address space, GiB, a power of two from 4 to 16384 (regions, kernel "
+                   "data, stacks and heaps live in it)")
+        ->check([](const std::string& v) -> std::string {
+            unsigned long long n = 0;
+            try { n = std::stoull(v); } catch (...) { return "not a number"; }
+            if (n < 4 || n > 16384 || (n & (n - 1)) != 0) return "a power of two from 4 to 16384";
+            return {};
+        })->capture_default_str();
+    app.add_flag("--sandbox-canary", config.sandbox_canary,
+                 "keep a canary page outside the arena and report its address and state in INFO (tests)")->group("");
     app.add_flag("--no-native", no_native, "do not pre-install the native xrdma handlers (chase)");
     app.add_flag("--loopback", loopback, "pin UCX to the loopback device (UCX_NET_DEVICES=lo) unless set already")
         ->envname("BITSHIP_LOOPBACK");
@@ -213,6 +234,8 @@ int main(int argc, char** argv) {
     config.self_index = self_index;
     config.authorized_keys = authorized_keys;
     config.insecure = insecure;
+    config.sandbox = sandbox == "none" ? SandboxMode::none : SandboxMode::sfi;
+    config.sandbox_arena_log2 = static_cast<unsigned>(std::countr_zero(arena_gib)) + 30;
     config.identity = identity;
     if (role != "auto") config.role = role == "dpu" ? NodeKind::dpu : NodeKind::host;
     for (const auto& spec : region_specs) {

@@ -23,40 +23,19 @@
 #include <behaviour_kernels.hpp>
 
 #include "launcher.hpp"
+#include "test_support.hpp"
 
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
+using Output = bitship::test::CommandOutput;
+
 namespace {
 
-struct Output {
-    int status = -1;
-    std::string text;
-};
-
-// Runs a command line, capturing its stdout.
-Output run(const std::string& command) {
-    Output out;
-    FILE* p = popen(command.c_str(), "r");
-    REQUIRE(p);
-    char buf[4096];
-    while (auto n = std::fread(buf, 1, sizeof buf, p)) out.text.append(buf, n);
-    int st = pclose(p);
-    out.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return out;
-}
-
-json xctl_json(const AgentProcess& agent, const std::string& command) {
-    auto out = run(fmt::format("{} --agent {} --loopback --transport tcp --json {}", BITSHIP_XCTL, agent.address(), command));
-    INFO(out.text);
-    auto j = json::parse(out.text);
-    REQUIRE(j.is_array());
-    REQUIRE(j.size() == 1);
-    j[0]["exit_status"] = out.status;
-    return j[0];
-}
+using bitship::test::xctl_json;
+Output run(const std::string& command) { return bitship::test::run_command(command); }
 
 Client make_client() {
     ClientOptions o;

@@ -1,0 +1,73 @@
+#pragma once
+// Helpers the agent integration tests share: a client for loopback agents, an agent's counters,
+// and xctl run as an operator would.
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <bitship/client.hpp>
+
+#include "launcher.hpp"
+
+namespace bitship::test {
+
+/// A client for loopback agents over `transport`, presenting the test key.
+inline Client make_client(const std::string& transport, std::chrono::milliseconds call_timeout = std::chrono::seconds(30)) {
+    ClientOptions o;
+    o.transport = *parse_transport(transport);
+    o.loopback_only = true;
+    o.call_timeout = call_timeout;
+    o.identity = launch::test_keys().secret; // some tests make the client before any agent
+    auto c = Client::create(o);
+    INFO((c ? std::string() : c.error().describe()));
+    REQUIRE(c);
+    return std::move(*c);
+}
+
+/// The agent's counters by name.
+inline std::map<std::string, std::uint64_t> agent_counters(Client& client, const Target& t) {
+    auto s = client.agent_stats(t);
+    INFO((s ? std::string() : s.error().describe()));
+    REQUIRE(s);
+    return {s->begin(), s->end()};
+}
+
+struct CommandOutput {
+    int status = -1;
+    std::string text;
+};
+
+/// Runs a command line, capturing its stdout.
+inline CommandOutput run_command(const std::string& command) {
+    CommandOutput out;
+    FILE* p = popen(command.c_str(), "r");
+    REQUIRE(p);
+    char buf[4096];
+    while (auto n = std::fread(buf, 1, sizeof buf, p)) out.text.append(buf, n);
+    int st = pclose(p);
+    out.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return out;
+}
+
+/// `xctl --json COMMAND` against `agent`: its one JSON object, with "exit_status" added.
+inline nlohmann::json xctl_json(const launch::AgentProcess& agent, const std::string& command) {
+    auto out = run_command(
+        fmt::format("{} --agent {} --loopback --transport tcp --json {}", BITSHIP_XCTL, agent.address(), command));
+    INFO(out.text);
+    auto j = nlohmann::json::parse(out.text);
+    REQUIRE(j.is_array());
+    REQUIRE(j.size() == 1);
+    j[0]["exit_status"] = out.status;
+    return j[0];
+}
+
+} // namespace bitship::test
