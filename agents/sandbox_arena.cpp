@@ -17,6 +17,7 @@ namespace {
 
 constexpr std::size_t kGranule = std::size_t{2} << 20; // guards, regions and area parts
 constexpr std::size_t kTopGuard = std::size_t{64} << 10;
+constexpr std::size_t kPage = 4096;
 constexpr std::size_t kCodeGuard = kGranule;           // between the arena's end and the code zone
 constexpr std::size_t kCodeReach = std::size_t{2} << 30; // PC-relative reach of code model small
 constexpr unsigned kMinSizeLog2 = 26;                  // 64 MiB
@@ -52,7 +53,7 @@ struct AreaLayout {
 
 AreaLayout area_layout(const ArenaOptions& o) {
     AreaLayout a;
-    a.stack_bytes = round_up(std::max<std::size_t>(o.stack_bytes, 1), kGranule);
+    a.stack_bytes = round_up(o.stack_bytes + kStackHeadroom, kGranule);
     a.heap_bytes = round_up(std::max<std::size_t>(o.heap_bytes, 1), kGranule);
     a.call_buffer_bytes = round_up(std::max<std::size_t>(o.call_buffer_bytes, 1), kGranule);
     a.stack = kGranule;
@@ -203,27 +204,31 @@ Result<ThreadArea*> SandboxArena::this_thread() {
         return fail(Errc::too_large, fmt::format("the sandbox arena's {} thread areas are all claimed: no more threads "
                                                  "can run kernels in it",
                                                  options_.max_threads));
+    // Each part's slot is 2 MiB granular; only the pages the options ask for are mapped in it
+    // (the stack's at the slot's top, where it starts), the rest stays guard.
     const AreaLayout layout = area_layout(options_);
     std::byte* at = base_ + areas_begin_ + areas_.size() * area_stride_;
-    std::byte* stack = at + layout.stack;
+    const std::size_t stack_bytes = round_up(options_.stack_bytes + kStackHeadroom, kPage);
+    const std::size_t heap_bytes = round_up(options_.heap_bytes, kPage);
+    const std::size_t call_buffer_bytes = round_up(options_.call_buffer_bytes, kPage);
+    std::byte* stack = at + layout.stack + layout.stack_bytes - stack_bytes;
     std::byte* heap = at + layout.heap;
     std::byte* call_buffer = at + layout.call_buffer;
-    if (!map_fixed(stack, layout.stack_bytes, PROT_READ | PROT_WRITE) ||
-        !map_fixed(heap, layout.heap_bytes, PROT_READ | PROT_WRITE) ||
-        !map_fixed(call_buffer, layout.call_buffer_bytes, PROT_READ | PROT_WRITE)) {
+    if (!map_fixed(stack, stack_bytes, PROT_READ | PROT_WRITE) || !map_fixed(heap, heap_bytes, PROT_READ | PROT_WRITE) ||
+        !map_fixed(call_buffer, call_buffer_bytes, PROT_READ | PROT_WRITE)) {
         int err = errno;
         map_fixed(at, area_stride_, PROT_NONE);
         return fail(Errc::too_large, fmt::format("cannot map a sandbox thread area of {} MiB: {}", mib(area_stride_),
                                                  std::strerror(err)));
     }
     // The heap quota is the option's, not its 2 MiB rounding: a call gets what the operator said.
-    heaps_.push_back(std::make_unique<KernelHeap>(heap, std::min(options_.heap_bytes, layout.heap_bytes)));
+    heaps_.push_back(std::make_unique<KernelHeap>(heap, options_.heap_bytes));
     auto area = std::make_unique<ThreadArea>();
     area->stack_limit = stack;
-    area->stack_top = stack + layout.stack_bytes - kStackHeadroom;
+    area->stack_top = stack + stack_bytes - kStackHeadroom;
     area->stack = new (area->stack_top) jit::UnsafeStack{area->stack_top, area->stack_limit};
     area->call_buffer = call_buffer;
-    area->call_buffer_bytes = std::min(options_.call_buffer_bytes, layout.call_buffer_bytes);
+    area->call_buffer_bytes = options_.call_buffer_bytes;
     area->heap = heaps_.back().get();
     areas_.push_back(std::move(area));
     owners_.push_back(me);
