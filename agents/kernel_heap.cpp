@@ -60,9 +60,6 @@ constexpr std::uint32_t tag_for(std::size_t offset, bool live) noexcept {
 inline std::uint64_t load64(const std::byte* p) noexcept {
     return __atomic_load_n(reinterpret_cast<const std::uint64_t*>(p), __ATOMIC_RELAXED);
 }
-inline std::uint32_t load32(const std::byte* p) noexcept {
-    return __atomic_load_n(reinterpret_cast<const std::uint32_t*>(p), __ATOMIC_RELAXED);
-}
 inline void store64(std::byte* p, std::uint64_t v) noexcept {
     __atomic_store_n(reinterpret_cast<std::uint64_t*>(p), v, __ATOMIC_RELAXED);
 }
@@ -120,7 +117,9 @@ bool KernelHeap::read_free(std::size_t offset, Block& out) const noexcept {
 
 void* KernelHeap::hand_out(std::size_t offset, std::size_t size, std::uint32_t cls) noexcept {
     write_header(offset, size, cls, true);
-    in_use_ += size;
+    // A kernel that overwrote its free lists can be handed one block twice: count at most the
+    // range, which is all there is.
+    in_use_ = std::min(in_use_ + size, quota_);
     peak_ = std::max(peak_, in_use_);
     return begin_ + offset + kHeader;
 }
