@@ -27,6 +27,7 @@ thread_local CurrentCall t_call;
 thread_local std::size_t t_last_peak = 0;
 
 alignas(16) constexpr char kNoArgs[16] = {};
+constexpr std::size_t kMaxFailMessage = 1024; // what runtime.cpp's bs_fail reads at most
 
 // Every message here is made with fmt::format straight into stop_kernel's argument: the frames
 // stop_kernel jumps over hold nothing to destroy.
@@ -112,7 +113,7 @@ int checked_bs_fail(bs_ctx* ctx, int code, const char* message) {
         // or that much of the arena follows.
         check_range("bs_fail", message, 1);
         std::size_t room = room_after(message);
-        if (::strnlen(message, room) == room && room < 1024) unterminated("bs_fail", message);
+        if (room < kMaxFailMessage && ::strnlen(message, room) == room) unterminated("bs_fail", message);
     }
     return ::bs_fail(ctx, code, message);
 }

@@ -326,6 +326,13 @@ TEST_CASE("checked string functions read only inside the arena", "[unit]") {
         CHECK(strncmp_(tail, tail, 4096) == 0);
     });
     CHECK_FALSE(outcome.has_value());
+    auto bs_fail_ = s.fn<int(bs_ctx*, int, const char*)>("bs_fail");
+    outcome = run([&](bs_ctx* c) { bs_fail_(c, 1, tail + 4096 - 100); }); // 100 bytes to the end, no NUL
+    expect_stopped(outcome, Errc::out_of_bounds, "bs_fail");
+    bs_ctx failing;
+    outcome = run(failing, [&](bs_ctx* c) { bs_fail_(c, 1, tail); }); // truncated to 1 KiB before the end: fine
+    CHECK_FALSE(outcome.has_value());
+    CHECK(failing.fail_message == std::string(1024, 'z'));
     REQUIRE(::mmap(last, 4096, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0) == last);
 }
 
