@@ -37,6 +37,7 @@ struct Slot {
     std::atomic<std::int64_t> started_ns{0};  // 0: none
     std::atomic<std::int64_t> budget_ns{0};
     std::atomic<std::uint64_t> stop_generation{0}; // the call the watchdog wants stopped
+    Error stop_error;                              // why stop_kernel() stopped it
 };
 
 std::mutex g_slots_mutex;
@@ -55,8 +56,8 @@ Slot& my_slot() {
 
 struct sigaction g_previous[65];
 
-// Slot::signal when the kernel was stopped by stop_forged_call(), not by a signal.
-constexpr int kForgedCall = -1;
+// Slot::signal when the kernel was stopped by stop_kernel(), not by a signal.
+constexpr int kStopped = -1;
 
 void on_signal(int sig, siginfo_t* info, void* uctx) {
     Slot* s = t_slot;
@@ -129,14 +130,22 @@ void prepare_worker_thread() {
     my_slot();
 }
 
-void stop_forged_call() {
+void stop_kernel(Error error) {
     Slot* s = t_slot;
     if (s && s->active) {
         s->active = 0;
-        s->signal = kForgedCall;
+        s->stop_error = std::move(error);
+        s->signal = kStopped;
         siglongjmp(s->jump, 1);
     }
+    fmt::print(stderr, "bitship: {} (outside a kernel)\n", error.describe());
     __builtin_trap();
+}
+
+void stop_forged_call() {
+    stop_kernel(Error{Errc::policy_violation,
+                      "kernel code policy, rule no-forged-call: the kernel made an indirect call to an address that is "
+                      "no function it defines; it was stopped before the call"});
 }
 
 std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget, void (*started)(void*),
@@ -156,10 +165,8 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
         s.active = 0;
     } else {
         int sig = s.signal;
-        if (sig == kForgedCall)
-            outcome = Error{Errc::policy_violation,
-                            "kernel code policy, rule no-forged-call: the kernel made an indirect call to an address that "
-                            "is no function it defines; it was stopped before the call"};
+        if (sig == kStopped)
+            outcome = std::move(s.stop_error);
         else if (sig == kTimeoutSignal)
             outcome = Error{Errc::kernel_timeout, fmt::format("kernel ran past its {} ms budget and was stopped", budget.count())};
         else

@@ -34,6 +34,12 @@ void prepare_worker_thread();
 std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget,
                                  void (*started)(void*) = nullptr, void* started_arg = nullptr);
 
+/// Stops the kernel running on this thread: run_guarded returns `error`. For runtime functions
+/// a kernel calls (its frames are C, with nothing to unwind); the caller's own frames are left
+/// without running destructors, so it holds nothing that needs one (move the message in).
+/// Outside a kernel it prints the error and traps.
+[[noreturn]] void stop_kernel(Error error);
+
 /// What shipped code calls in place of a forged indirect call (jit::kForgedCallSymbol): stops
 /// the running kernel with policy_violation (rule no-forged-call). Outside a kernel it traps.
 [[noreturn]] void stop_forged_call();

@@ -7,19 +7,22 @@
 // Layout, from the base (size 2^N, aligned to 2^N):
 //   [guard]          2 MiB, PROT_NONE: a confined null pointer faults here
 //   regions          the agent's memory regions (allocate_region), registered with UCX
-//   thread areas     one per thread that runs kernels, each:
-//                      guard | unsafe stack | guard | kernel heap (the quota) | guard | call buffer | guard
+//   thread areas     one per thread that runs kernels (max_threads of them), each:
+//                      guard | unsafe stack | guard | kernel heap (the quota) | guard | call buffer
+//                    and a guard after the last
 //   JIT data         the kernels' read-only and writable data (CodeZones::data)
 //   [guard]          64 KiB at the top of the arena
-// and outside it, after a guard: the kernels' code (CodeZones::code), within 2 GiB of their data.
+// and outside it, after a 2 MiB guard: the kernels' code (CodeZones::code), within 2 GiB of
+// their data. Guards are 2 MiB, and every part is rounded up to 2 MiB.
 // Whatever is not handed out is PROT_NONE, so a confined access that lands there faults (the
 // kernel guard stops that kernel), and nothing else of the process is ever mapped inside.
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <bitship/errc.hpp>
@@ -46,10 +49,15 @@ struct ArenaOptions {
     std::size_t jit_code_bytes = std::size_t{512} << 20;
 };
 
-/// What one thread's kernel calls use inside the arena.
+/// What one thread's kernel calls use inside the arena. The struct itself lives outside it
+/// (the kernel cannot reach `heap`); what its pointers name lies inside.
 struct ThreadArea {
-    jit::UnsafeStack stack;          ///< sp is reset to `stack_top` at every call's start
-    std::byte* stack_top = nullptr;
+    /// Inside the arena, just above `stack_top` (instrumented code loads and stores `sp`
+    /// through it, confined like any access; a kernel that overwrites it only confuses its own
+    /// unsafe stack, which stays in the arena). sp and limit are reset at every call's start.
+    jit::UnsafeStack* stack = nullptr;
+    std::byte* stack_top = nullptr;   ///< 16-byte aligned, where sp starts
+    std::byte* stack_limit = nullptr; ///< the lowest byte of the unsafe stack
     std::byte* call_buffer = nullptr; ///< the call's arguments, 16-byte aligned
     std::size_t call_buffer_bytes = 0;
     KernelHeap* heap = nullptr;       ///< this thread's calls' heap (reset after each call)
@@ -79,11 +87,14 @@ public:
     /// when the regions' zone has no room.
     Result<std::byte*> allocate_region(std::size_t bytes);
     /// Gives a region's range back: its pages are replaced by PROT_NONE (never left unmapped,
-    /// where something else of the process could be mapped).
+    /// where something else of the process could be mapped). `at` must be what
+    /// allocate_region returned (its whole range goes, whatever `bytes` says); anything else
+    /// is ignored.
     void release_region(std::byte* at, std::size_t bytes) noexcept;
 
-    /// The calling thread's area, claimed on its first call (its pages mapped then).
-    /// too_large once max_threads threads have claimed one.
+    /// The calling thread's area, claimed on its first call (its pages mapped then); a thread
+    /// that has ended leaves its area to the next thread given its id. too_large once
+    /// max_threads live threads have claimed one. After the first call: a thread_local read.
     Result<ThreadArea*> this_thread();
 
     /// Where the JIT places sandboxed code (see jit::CodeZones).
@@ -109,11 +120,13 @@ private:
     std::size_t regions_begin_ = 0; // offsets from base_
     std::size_t regions_end_ = 0;
     std::vector<Span> free_regions_; // free spans of the regions' zone, by offset
+    std::map<std::size_t, std::size_t> used_regions_; // offset → size of each handed-out region
     std::size_t areas_begin_ = 0;
     std::size_t area_stride_ = 0;
     std::vector<std::unique_ptr<ThreadArea>> areas_;
+    std::vector<std::thread::id> owners_; // areas_[i] belongs to the thread owners_[i]
     std::vector<std::unique_ptr<KernelHeap>> heaps_;
-    std::atomic<std::uint64_t> id_{0}; // tells this arena's thread_local claims from another's
+    std::uint64_t id_ = 0; // tells this arena's thread_local claims from another's (never reused)
 };
 
 } // namespace bitship::agent
