@@ -230,6 +230,10 @@ public:
                 }
             }
 
+        // Lifetime markers of what moves go first (they would mark a pointer into the unsafe
+        // stack, and one may be where the frame set-up is inserted).
+        for (auto* a : moved) drop_lifetime_markers(a);
+        for (auto* a : dynamic) drop_lifetime_markers(a);
         make_arena_values();
         if (!moved.empty() || !dynamic.empty() || !saves.empty() || !restores.empty())
             build_unsafe_frame(moved, dynamic, saves, restores);
@@ -379,7 +383,6 @@ private:
             for (std::size_t i = 0; i < moved.size(); ++i) {
                 auto* a = moved[i];
                 llvm::Value* slot = b.CreateGEP(b.getInt8Ty(), frame, b.getInt64(offsets[i]), a->getName() + ".unsafe");
-                drop_lifetime_markers(a);
                 a->replaceAllUsesWith(slot);
                 a->eraseFromParent();
                 ++stats_.allocas_moved;
@@ -392,7 +395,6 @@ private:
             auto* cur = exempt(here.CreateLoad(ptr_, us_, "sfi.sp"));
             llvm::Value* p = bump(here, cur, bytes, std::max<std::uint64_t>(a->getAlign().value(), kFrameAlign));
             p->takeName(a);
-            drop_lifetime_markers(a);
             a->replaceAllUsesWith(p);
             a->eraseFromParent();
             ++stats_.allocas_dynamic;
