@@ -3,10 +3,12 @@
 // the JIT's code and data placed in its zones. Kernels (test/jit/kernels/sfi.c) write and read
 // through forged pointers, use stack data of every kind, recurse, and call forged targets.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <csetjmp>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -103,10 +105,21 @@ TestArena& arena() {
     return a;
 }
 
-std::unique_ptr<jit::Jit> make_jit(jit::Sandbox sandbox, unsigned tiers = 1) {
+struct Where {
+    std::filesystem::path cache_dir;
+    jit::CompilerMode compiler = jit::CompilerMode::in_process;
+};
+
+std::unique_ptr<jit::Jit> make_jit(jit::Sandbox sandbox, unsigned tiers = 1, const Where& where = {}) {
     jit::JitOptions options;
     options.exports = jit_test::runtime_exports();
     options.tiers = tiers;
+    options.cache_dir = where.cache_dir;
+    options.compiler.mode = where.compiler;
+    if (where.compiler == jit::CompilerMode::process) {
+        options.compiler.path = BITSHIP_COMPILER_PROGRAM;
+        options.compiler.processes = 1;
+    }
     options.sandbox = sandbox;
     options.exports.push_back({jit::kForgedCallSymbol, reinterpret_cast<void*>(&test_forged_call)});
     if (sandbox == jit::Sandbox::sfi) {
@@ -205,6 +218,58 @@ TEST_CASE("sfi: a write through a forged pointer lands inside the arena; the can
     auto out = run(*code, "sfi_write", std::as_bytes(std::span(args)));
     CHECK(*arena().canary == 0xbadc0ffee);
     *arena().canary = kCanaryValue;
+}
+
+TEST_CASE("sfi reaches the bitship-compiler process: its code is confined too", "[unit]") {
+    auto j = make_jit(jit::Sandbox::sfi, 1, {{}, jit::CompilerMode::process});
+    auto code = compile(*j, kEntries);
+    *arena().landing = 0;
+    const std::uint64_t args[2] = {reinterpret_cast<std::uint64_t>(arena().canary), 0xc0de};
+    auto out = run(*code, "sfi_write", std::as_bytes(std::span(args)));
+    REQUIRE(out.stop == Stop::none);
+    CHECK(*arena().canary == kCanaryValue);
+    CHECK(*arena().landing == 0xc0de);
+}
+
+TEST_CASE("the disk cache never hands an sfi object to a none agent, nor the reverse", "[unit]") {
+    const auto dir = std::filesystem::temp_directory_path() / ("bitship-sfi-test-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir);
+    auto bundle = make_bundle(kernel_bitcode("sfi"), kEntries);
+    {
+        auto sfi = make_jit(jit::Sandbox::sfi, 1, {dir});
+        REQUIRE(sfi->compile(bundle.bytes, bundle.hash));
+    }
+    {
+        // A restarted agent of the same mode links the object as it is.
+        auto sfi = make_jit(jit::Sandbox::sfi, 1, {dir});
+        auto again = sfi->load(bundle.hash);
+        REQUIRE(again);
+        CHECK((*again)->stats().from_object);
+    }
+    {
+        // A none agent refuses it and compiles the bundle: its code writes where it is told.
+        auto none = make_jit(jit::Sandbox::none, 1, {dir});
+        auto code = none->load(bundle.hash);
+        REQUIRE(code);
+        CHECK_FALSE((*code)->stats().from_object);
+        std::uint64_t target = 0;
+        const std::uint64_t args[2] = {reinterpret_cast<std::uint64_t>(&target), 7};
+        run(**code, "sfi_write", std::as_bytes(std::span(args)), false);
+        CHECK(target == 7);
+    }
+    {
+        // And an sfi agent refuses the none object it left.
+        auto sfi = make_jit(jit::Sandbox::sfi, 1, {dir});
+        auto code = sfi->load(bundle.hash);
+        REQUIRE(code);
+        CHECK_FALSE((*code)->stats().from_object);
+        *arena().landing = 0;
+        const std::uint64_t args[2] = {reinterpret_cast<std::uint64_t>(arena().canary), 9};
+        run(**code, "sfi_write", std::as_bytes(std::span(args)));
+        CHECK(*arena().canary == kCanaryValue);
+        CHECK(*arena().landing == 9);
+    }
+    std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("sfi: a read through a forged pointer cannot see a secret outside the arena", "[unit]") {
