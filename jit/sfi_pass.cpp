@@ -32,6 +32,7 @@ namespace {
 
 constexpr const char* kRuleAccessSize = "sfi-access-size";
 constexpr const char* kRuleVarargs = "sfi-no-varargs";
+constexpr const char* kRuleAddressSpace = "sfi-address-space";
 /// The unsafe stack's frames are aligned to at least this.
 constexpr std::uint64_t kFrameAlign = 16;
 
@@ -144,6 +145,21 @@ std::optional<unsigned> pointer_operand(const llvm::Instruction& inst) {
     return std::nullopt;
 }
 
+/// The address space of a pointer `inst` uses or makes, when it is not the default one (on
+/// x86-64, 256 and 257 are the gs and fs segments: a confined offset there reaches the thread's
+/// own data, not the arena).
+std::optional<unsigned> other_address_space(const llvm::Instruction& inst) {
+    auto space_of = [](const llvm::Type* t) -> unsigned {
+        if (const auto* vt = llvm::dyn_cast<llvm::VectorType>(t)) t = vt->getElementType();
+        const auto* pt = llvm::dyn_cast<llvm::PointerType>(t);
+        return pt != nullptr ? pt->getAddressSpace() : 0;
+    };
+    if (unsigned s = space_of(inst.getType()); s != 0) return s;
+    for (const llvm::Use& op : inst.operands())
+        if (unsigned s = space_of(op->getType()); s != 0) return s;
+    return std::nullopt;
+}
+
 /// The bytes an access touches at most (a masked vector op: the whole vector; a gather or
 /// scatter: one element per lane), for rule sfi-access-size.
 std::uint64_t access_bytes(const llvm::Instruction& inst, const llvm::DataLayout& dl) {
@@ -200,6 +216,10 @@ public:
                     }
                     continue;
                 }
+                if (auto space = other_address_space(inst))
+                    return tl::make_unexpected(refuse(
+                        kRuleAddressSpace, fmt::format("function '{}'", f_.getName().str()),
+                        fmt::format("memory in address space {} (a segment register, not the arena) is not allowed", *space)));
                 if (auto op = pointer_operand(inst)) {
                     if (access_bytes(inst, dl_) > kSfiMaxAccessBytes)
                         return tl::make_unexpected(refuse(

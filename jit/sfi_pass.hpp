@@ -46,7 +46,9 @@
 // against the arena. Byval arguments are copied into the callee's frame by the call sequence
 // from a masked pointer; a byval parameter that is not safe is copied into an unsafe-stack slot
 // at entry. Variadic functions are refused (rule sfi-no-varargs: va_arg would walk the real
-// stack). Indirect calls are checked by call_guard.cpp in every mode, this one included.
+// stack). Pointers outside the default address space are refused (rule sfi-address-space: on
+// x86-64 address spaces 256 and 257 are the gs and fs segments, the thread's own data). Indirect
+// calls are checked by call_guard.cpp in every mode, this one included.
 //
 // Refusals are Errc::policy_violation naming the rule, as code_policy.hpp's are.
 
@@ -81,7 +83,8 @@ struct SfiStats {
 };
 
 /// Confines `module` (see above). Runs after optimisation, just before code generation, at
-/// every tier. policy_violation (rules sfi-no-varargs, sfi-access-size) for what cannot be
+/// every tier. policy_violation (rules sfi-no-varargs, sfi-access-size, sfi-address-space) for
+/// what cannot be
 /// confined; nothing is changed then that matters (the module is discarded).
 Result<SfiStats> confine_memory(llvm::Module& module);
 

@@ -366,11 +366,12 @@ TEST_CASE("sfi: an indirect call to a forged target is still stopped; one to the
     CHECK(g_evil_calls == 0);
 }
 
-TEST_CASE("sfi refuses variadic functions and accesses wider than 4 KiB, naming the rule", "[unit]") {
+TEST_CASE("sfi refuses variadic functions, accesses wider than 4 KiB and segment-relative pointers, naming the rule", "[unit]") {
     auto sfi = make_jit(jit::Sandbox::sfi);
     for (auto [name, entry, rules] :
          {std::tuple{"sfi_varargs", "sfi_varargs", std::vector<std::string>{"sfi-no-varargs", "va_start"}},
-          std::tuple{"sfi_wide", "sfi_wide", std::vector<std::string>{"sfi-access-size"}}}) {
+          std::tuple{"sfi_wide", "sfi_wide", std::vector<std::string>{"sfi-access-size"}},
+          std::tuple{"sfi_segment", "sfi_segment", std::vector<std::string>{"sfi-address-space"}}}) {
         INFO(name);
         auto bundle = make_bundle(kernel_bitcode(name), {entry});
         auto code = sfi->compile(bundle.bytes, bundle.hash);

@@ -148,4 +148,9 @@ BS_KERNEL(sfi_wide) {
     unsigned char first = v[0];
     bs_reply(ctx, &first, 1);
 }
+#elif CASE == 3 /* a load through the gs segment: the thread's own data, not the arena */
+BS_KERNEL(sfi_segment) {
+    uint64_t v = *(const __seg_gs uint64_t*)(uintptr_t)16;
+    bs_reply(ctx, &v, sizeof v);
+}
 #endif
