@@ -462,9 +462,13 @@ private:
         auto* limit = exempt(b.CreateLoad(ptr_, limit_slot(b), "sfi.limit"));
         auto* sp_int = b.CreatePtrToInt(sp, i64_);
         auto* limit_int = b.CreatePtrToInt(limit, i64_);
-        auto* room = b.CreateSub(sp_int, limit_int);
         auto* next = b.CreateAnd(b.CreateSub(sp_int, bytes), b.getInt64(~(align - 1)));
-        auto* over = b.CreateOr(b.CreateICmpUGT(bytes, room), b.CreateICmpULT(next, limit_int), "sfi.overflow");
+        llvm::Value* over = b.CreateICmpULT(next, limit_int, "sfi.overflow");
+        // A frame of constant size (below 2 GiB) cannot wrap around from an sp in the arena;
+        // a dynamic size can, so it is also compared with the room left.
+        auto* constant = llvm::dyn_cast<llvm::ConstantInt>(bytes);
+        if (constant == nullptr || constant->getZExtValue() >= (std::uint64_t{1} << 31))
+            over = b.CreateOr(b.CreateICmpUGT(bytes, b.CreateSub(sp_int, limit_int)), over, "sfi.overflow");
         llvm::Instruction* at = &*b.GetInsertPoint();
         llvm::Instruction* fail = llvm::SplitBlockAndInsertIfThen(over, at, /*Unreachable=*/true);
         llvm::IRBuilder<> stop(fail);
