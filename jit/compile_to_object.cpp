@@ -31,6 +31,7 @@
 #include "code_policy.hpp"
 #include "llvm_error.hpp"
 #include "optimise.hpp"
+#include "sfi_pass.hpp"
 #include "stage_clock.hpp"
 
 namespace bitship::jit {
@@ -110,6 +111,7 @@ void init_native_target() {
 struct InProcessCompiler::State {
     SymbolNames allowed;
     unsigned opt_level = 2;
+    Sandbox sandbox = Sandbox::none;
     std::unique_ptr<TargetMachinePool> fast_machines;      // Tier::fast codegen
     std::unique_ptr<TargetMachinePool> optimised_machines; // Tier::optimised passes and codegen
 };
@@ -117,11 +119,13 @@ struct InProcessCompiler::State {
 InProcessCompiler::InProcessCompiler(std::unique_ptr<State> state) : state_(std::move(state)) {}
 InProcessCompiler::~InProcessCompiler() = default;
 
-Result<std::unique_ptr<InProcessCompiler>> InProcessCompiler::create(SymbolNames allowed, unsigned opt_level) {
+Result<std::unique_ptr<InProcessCompiler>> InProcessCompiler::create(SymbolNames allowed, unsigned opt_level,
+                                                                     Sandbox sandbox) {
     init_native_target();
     auto state = std::make_unique<State>();
     state->allowed = std::move(allowed);
     state->opt_level = opt_level;
+    state->sandbox = sandbox;
     auto builder = orc::JITTargetMachineBuilder::detectHost();
     if (!builder) return tl::make_unexpected(to_error(builder.takeError(), Errc::internal, "detecting the host target"));
     // PIC: JITLink places code anywhere in the address space.
@@ -211,6 +215,10 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
         if (!tm) return tl::make_unexpected(to_error(tm.takeError(), Errc::compile_failed, "creating a target machine"));
         retarget(*module, **tm, me);
         if (optimised) optimise(*module, **tm, st.opt_level);
+        // Sandbox::sfi: confined after the optimiser (so it costs least), before codegen;
+        // call_guard above already checks the indirect calls in every mode.
+        if (st.sandbox == Sandbox::sfi)
+            if (auto confined = confine_memory(*module); !confined) return tl::make_unexpected(confined.error());
         stats.optimise_ms = lap_ms(mark);
         module->setModuleIdentifier(hex);
         auto made = orc::SimpleCompiler(**tm)(*module);

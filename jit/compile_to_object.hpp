@@ -27,8 +27,11 @@ using SymbolNames = std::set<std::string, std::less<>>;
 /// TargetMachine of its own borrowed from a pool.
 class InProcessCompiler final : public ObjectCompiler {
 public:
-    /// `opt_level` (0..3) is Tier::optimised's. Initialises LLVM's native target (once).
-    static Result<std::unique_ptr<InProcessCompiler>> create(SymbolNames allowed, unsigned opt_level);
+    /// `opt_level` (0..3) is Tier::optimised's. With Sandbox::sfi every compile, at either
+    /// tier, runs confine_memory (sfi_pass.hpp) just before code generation. Initialises
+    /// LLVM's native target (once).
+    static Result<std::unique_ptr<InProcessCompiler>> create(SymbolNames allowed, unsigned opt_level,
+                                                             Sandbox sandbox = Sandbox::none);
     ~InProcessCompiler() override;
     InProcessCompiler(const InProcessCompiler&) = delete;
     InProcessCompiler& operator=(const InProcessCompiler&) = delete;

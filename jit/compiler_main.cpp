@@ -1,7 +1,7 @@
 // bitship-compiler: the process that reads shipped bitcode for an agent (xagent starts and
 // restarts it; it is no tool for people). It speaks compiler_protocol.hpp on fd 3:
 //
-//   1. HELLO from the agent: the opt level and the allow-list's names.
+//   1. HELLO from the agent: the opt level, the sandbox mode and the allow-list's names.
 //   2. LLVM initialised, fatal-error and out-of-memory handlers installed, one throwaway compile
 //      at each tier (so every lazy first-use set-up is done), then the seccomp filter
 //      (compiler_sandbox.hpp): from here on only the socket, memory, clocks and exit.
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     llvm::install_bad_alloc_error_handler(on_llvm_bad_alloc, nullptr);
     std::set_new_handler(on_new_failure);
     bitship::jit::SymbolNames allowed(hello->allowed.begin(), hello->allowed.end());
-    auto compiler = bitship::jit::InProcessCompiler::create(std::move(allowed), hello->opt_level);
+    auto compiler = bitship::jit::InProcessCompiler::create(std::move(allowed), hello->opt_level, hello->sandbox);
     if (!compiler) {
         (void)send(proto::encode(proto::CompileFailure{0, compiler.error(), true}));
         return kExitFatal;

@@ -270,6 +270,7 @@ Result<std::unique_ptr<CompilerProcesses>> CompilerProcesses::start(CompilerProc
     auto state = std::make_unique<State>();
     proto::Hello hello;
     hello.opt_level = options.opt_level;
+    hello.sandbox = options.sandbox;
     hello.allowed = options.allowed;
     state->hello = proto::encode(hello);
     state->options = std::move(options);

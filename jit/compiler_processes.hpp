@@ -34,6 +34,7 @@ struct CompilerProcessOptions {
     std::filesystem::path program;     ///< the bitship-compiler executable
     unsigned processes = 2;            ///< at most this many compiles at once
     unsigned opt_level = 2;            ///< Tier::optimised's
+    Sandbox sandbox = Sandbox::none;   ///< how the code is confined (sent in HELLO)
     std::vector<std::string> allowed;  ///< the allow-list's names
     std::chrono::seconds cpu_limit{10}; ///< CPU time per compile
     std::size_t memory_bytes = 2048ull << 20; ///< address space per process beyond its start-up size

@@ -61,6 +61,7 @@ std::vector<std::byte> encode(const Hello& m) {
     auto w = start(Type::hello);
     w.u32(m.version);
     w.u8(static_cast<std::uint8_t>(m.opt_level));
+    w.u8(static_cast<std::uint8_t>(m.sandbox));
     w.u32(static_cast<std::uint32_t>(m.allowed.size()));
     for (const auto& n : m.allowed) w.str16(n);
     return std::move(w).take();
@@ -117,16 +118,20 @@ Result<Hello> decode_hello(std::span<const std::byte> payload) {
     Hello m;
     auto version = r->u32();
     auto level = r->u8();
+    auto sandbox = r->u8();
     auto count = r->u32();
-    if (!version || !level || !count) return tl::make_unexpected(malformed("truncated HELLO"));
+    if (!version || !level || !sandbox || !count) return tl::make_unexpected(malformed("truncated HELLO"));
     if (*version != kVersion)
         return fail(Errc::unsupported_version, fmt::format("compiler protocol version {}; this compiler speaks {}", *version, kVersion));
     if (*level > 3) return tl::make_unexpected(malformed(fmt::format("opt level {}", *level)));
+    if (*sandbox > static_cast<std::uint8_t>(Sandbox::sfi))
+        return tl::make_unexpected(malformed(fmt::format("sandbox mode {}", *sandbox)));
     // Each name takes at least its two length bytes: a count the payload cannot hold is refused
     // before anything is reserved for it.
     if (*count > kMaxNames || *count > r->remaining() / 2) return tl::make_unexpected(malformed("HELLO's name count"));
     m.version = *version;
     m.opt_level = *level;
+    m.sandbox = static_cast<Sandbox>(*sandbox);
     m.allowed.reserve(*count);
     for (std::uint32_t i = 0; i < *count; ++i) {
         auto n = r->str16();

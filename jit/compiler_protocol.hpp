@@ -5,7 +5,7 @@
 // it sends back as hostile too. No LLVM here. Private to jit/.
 //
 //   agent                                   compiler
-//   HELLO {version, opt level, names}  ──►  initialise LLVM, warm up, confine (seccomp)
+//   HELLO {version, opt level, sandbox, names}  ──►  initialise LLVM, warm up, confine (seccomp)
 //                                      ◄──  READY {confined, why not}
 //   COMPILE {id, tier, hash, bundle}   ──►  parse, verify, policy, optimise, codegen
 //                                      ◄──  COMPILED {id, stats, entries, slice, object}
@@ -29,7 +29,8 @@
 
 namespace bitship::jit::compiler_protocol {
 
-inline constexpr std::uint32_t kVersion = 1;
+/// 2: HELLO carries the sandbox mode.
+inline constexpr std::uint32_t kVersion = 2;
 /// Caps on one frame: a request carries a bundle (the agent's own message cap applies first);
 /// a reply an object. Anything longer is refused before a byte of it is allocated.
 inline constexpr std::uint32_t kMaxRequestFrame = 1u << 30;
@@ -44,6 +45,7 @@ enum class Type : std::uint8_t { hello = 1, ready = 2, compile = 3, compiled = 4
 struct Hello {
     std::uint32_t version = kVersion;
     unsigned opt_level = 2;
+    Sandbox sandbox = Sandbox::none;  ///< how every compile confines the code (sfi_pass.hpp)
     std::vector<std::string> allowed; ///< the allow-list's symbol names
 };
 

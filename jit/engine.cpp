@@ -7,7 +7,9 @@
 // bitship-compiler process by default): it is linked only against that allow-list, whoever made
 // it.
 //
-// Memory: JITLink's InProcessMemoryManager (set explicitly below) maps slabs read-write,
+// Memory: in Sandbox::sfi, ArenaMemory (arena_memory.hpp) places code in the code zone and
+// data in the arena's data zone, with the same permissions as below. Otherwise JITLink's
+// InProcessMemoryManager (set explicitly below) maps slabs read-write,
 // writes and fixes up the code there, then mprotects each segment to its final permissions
 // (code R-X, read-only data R--, data RW-). No page is ever writable and executable at once;
 // jit_test's "no JIT page is ever writable and executable" checks /proc/self/maps.
@@ -36,6 +38,7 @@
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/Process.h>
 
+#include "arena_memory.hpp"
 #include "compile_to_object.hpp"
 #include "llvm_error.hpp"
 #include "stage_clock.hpp"
@@ -250,7 +253,8 @@ Result<void> Engine::warm_up() {
 
 /// Builds the LLJIT and the runtime dylib: detectHost, PIC (JITLink places code anywhere in the
 /// address space), JITLink with in-process memory, no platform, no process symbols.
-Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, std::unique_ptr<ObjectCompiler> compiler) {
+Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, std::unique_ptr<ObjectCompiler> compiler,
+                                              Sandbox sandbox, CodeZones zones) {
     auto state = std::make_unique<State>();
     State& engine = *state;
     engine.allow = std::move(allow);
@@ -270,11 +274,21 @@ Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, std::unique_ptr<O
                      .setLinkProcessSymbolsByDefault(false)
                      .setPlatformSetUp(orc::setUpInactivePlatform)
                      .setObjectLinkingLayerCreator(
-                         [log = engine.log](orc::ExecutionSession& session, const llvm::Triple&)
+                         [log = engine.log, sandbox, zones](orc::ExecutionSession& session, const llvm::Triple&)
                              -> llvm::Expected<std::unique_ptr<orc::ObjectLayer>> {
-                             auto memory = llvm::jitlink::InProcessMemoryManager::Create();
-                             if (!memory) return memory.takeError();
-                             auto layer = std::make_unique<orc::ObjectLinkingLayer>(session, std::move(*memory));
+                             std::unique_ptr<llvm::jitlink::JITLinkMemoryManager> memory;
+                             if (sandbox == Sandbox::sfi) {
+                                 auto arena = make_arena_memory(zones);
+                                 if (!arena)
+                                     return llvm::make_error<llvm::StringError>(arena.error().message,
+                                                                                llvm::inconvertibleErrorCode());
+                                 memory = std::move(*arena);
+                             } else {
+                                 auto in_process = llvm::jitlink::InProcessMemoryManager::Create();
+                                 if (!in_process) return in_process.takeError();
+                                 memory = std::move(*in_process);
+                             }
+                             auto layer = std::make_unique<orc::ObjectLinkingLayer>(session, std::move(memory));
                              // Unwind tables, so a debugger or a crash handler can walk through
                              // kernel frames.
                              layer->addPlugin(std::make_unique<orc::EHFrameRegistrationPlugin>(

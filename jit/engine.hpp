@@ -44,10 +44,12 @@ struct CompiledParts {
 
 class Engine {
 public:
-    /// Starts the LLJIT; `compiler` makes the object code compile() links. A unique_ptr: the
+    /// Starts the LLJIT; `compiler` makes the object code compile() links. With Sandbox::sfi
+    /// the linker places code and data in `zones` (arena_memory.hpp). A unique_ptr: the
     /// caller makes it shared, so the shared_ptr's control block comes from a file with RTTI
     /// (see above).
-    static Result<std::unique_ptr<Engine>> start(AllowList allow, std::unique_ptr<ObjectCompiler> compiler);
+    static Result<std::unique_ptr<Engine>> start(AllowList allow, std::unique_ptr<ObjectCompiler> compiler,
+                                                 Sandbox sandbox = Sandbox::none, CodeZones zones = {});
     ~Engine();
     Engine(const Engine&) = delete;
     Engine& operator=(const Engine&) = delete;

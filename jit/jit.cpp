@@ -4,6 +4,7 @@
 // itself is the Engine's (engine.cpp).
 #include "jit.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <future>
 #include <limits>
@@ -78,7 +79,7 @@ class JitImpl final : public Jit {
 public:
     JitImpl(std::shared_ptr<Engine> engine, std::unique_ptr<CodeCache> cache, const JitOptions& options)
         : engine_(std::move(engine)), cache_(std::move(cache)), tiers_(options.tiers),
-          key_(ObjectKey::of_this_host(options.opt_level)) {
+          key_(ObjectKey::of_this_host(options.opt_level, options.sandbox)) {
         if (tiers_ > 1) tier_up_ = std::make_unique<TierUp>();
     }
 
@@ -204,9 +205,11 @@ private:
         if (file->hash != hash) return fail(Errc::malformed_bundle, "it holds the code of another hash");
         if (file->key != key_)
             return fail(Errc::malformed_bundle,
-                        fmt::format("made by LLVM {} for {} {} at O{}; this agent is LLVM {} on {} {} at O{}{}",
-                                    file->key.llvm, file->key.triple, file->key.cpu, file->key.opt_level, key_.llvm,
-                                    key_.triple, key_.cpu, key_.opt_level,
+                        fmt::format("made by LLVM {} for {} {} at O{}, sandbox {}; this agent is LLVM {} on {} {} at "
+                                    "O{}, sandbox {}{}",
+                                    file->key.llvm, file->key.triple, file->key.cpu, file->key.opt_level,
+                                    to_string(file->key.sandbox), key_.llvm, key_.triple, key_.cpu, key_.opt_level,
+                                    to_string(key_.sandbox),
                                     file->key.features == key_.features ? "" : ", other CPU features"));
         // The bundle travels on to peers, so it must be whole: its slice hashes are checked,
         // never its bitcode parsed.
@@ -282,7 +285,7 @@ Result<std::unique_ptr<ObjectCompiler>> make_compiler(const JitOptions& options,
     if (options.compiler.mode == CompilerMode::in_process) {
         SymbolNames names;
         for (const auto& [name, address] : allow.symbols()) names.insert(name);
-        auto c = InProcessCompiler::create(std::move(names), options.opt_level);
+        auto c = InProcessCompiler::create(std::move(names), options.opt_level, options.sandbox);
         if (!c) return tl::make_unexpected(c.error());
         return std::unique_ptr<ObjectCompiler>(std::move(*c));
     }
@@ -294,6 +297,7 @@ Result<std::unique_ptr<ObjectCompiler>> make_compiler(const JitOptions& options,
     po.program = *program;
     po.processes = options.compiler.processes;
     po.opt_level = options.opt_level;
+    po.sandbox = options.sandbox;
     for (const auto& [name, address] : allow.symbols()) po.allowed.push_back(name);
     po.cpu_limit = options.compiler.cpu_limit;
     po.memory_bytes = options.compiler.memory_mib << kMibShift;
@@ -312,13 +316,22 @@ Result<std::unique_ptr<Jit>> Jit::create(JitOptions options) {
     constexpr std::size_t kMaxMib = std::numeric_limits<std::size_t>::max() >> kMibShift;
     if (options.cache_mib > kMaxMib || options.cache_disk_mib > kMaxMib)
         return fail(Errc::invalid_argument, "cache size over the address space");
+    if (options.sandbox == Sandbox::sfi) {
+        if (options.zones.code == nullptr || options.zones.data == nullptr)
+            return fail(Errc::invalid_argument, "sandbox sfi needs the arena's code zones");
+        for (const char* name : {kArenaBaseSymbol, kArenaMaskSymbol, kUnsafeStackSymbol, kStackOverflowSymbol})
+            if (std::none_of(options.exports.begin(), options.exports.end(), [&](const Export& e) { return e.name == name; }))
+                return fail(Errc::invalid_argument, fmt::format("sandbox sfi needs the export {}", name));
+    } else if (options.sandbox != Sandbox::none) {
+        return fail(Errc::invalid_argument, fmt::format("sandbox mode {}", static_cast<unsigned>(options.sandbox)));
+    }
     auto allow = AllowList::make(options.exports);
     if (!allow) return tl::make_unexpected(allow.error());
     auto cache = CodeCache::open(options.cache_dir, options.cache_mib << kMibShift, options.cache_disk_mib << kMibShift);
     if (!cache) return tl::make_unexpected(cache.error());
     auto compiler = make_compiler(options, *allow);
     if (!compiler) return tl::make_unexpected(compiler.error());
-    auto engine = Engine::start(std::move(*allow), std::move(*compiler));
+    auto engine = Engine::start(std::move(*allow), std::move(*compiler), options.sandbox, options.zones);
     if (!engine) return tl::make_unexpected(engine.error());
     return std::unique_ptr<Jit>(new JitImpl(std::shared_ptr<Engine>(std::move(*engine)), std::move(*cache), options));
 }

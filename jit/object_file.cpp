@@ -16,8 +16,9 @@
 namespace bitship::jit {
 namespace {
 
-// 002: objects carry the run-time indirect-call checks; older ones are refused and remade.
-constexpr std::array<char, 8> kMagic{'B', 'S', 'O', 'B', 'J', '0', '0', '2'};
+// 002: objects carry the run-time indirect-call checks; 003: the key holds the sandbox mode.
+// Older ones are refused and remade.
+constexpr std::array<char, 8> kMagic{'B', 'S', 'O', 'B', 'J', '0', '0', '3'};
 /// No field of a sane file comes near this; a larger length is damage, not data.
 constexpr std::uint64_t kMaxFieldBytes = std::uint64_t{1} << 32;
 
@@ -78,9 +79,9 @@ private:
 
 } // namespace
 
-ObjectKey ObjectKey::of_this_host(unsigned opt_level) {
+ObjectKey ObjectKey::of_this_host(unsigned opt_level, Sandbox sandbox) {
     const HostInfo& h = host();
-    return {to_string(h.llvm), h.triple, h.cpu, h.features, opt_level};
+    return {to_string(h.llvm), h.triple, h.cpu, h.features, opt_level, sandbox};
 }
 
 std::vector<std::byte> encode_object_file(const ObjectFile& file) {
@@ -91,6 +92,7 @@ std::vector<std::byte> encode_object_file(const ObjectFile& file) {
     w.text(file.key.cpu);
     w.text(file.key.features);
     w.u64(file.key.opt_level);
+    w.u64(static_cast<std::uint64_t>(file.key.sandbox));
     w.bytes(std::as_bytes(std::span(file.hash)));
     w.u64(file.entries.size());
     for (const auto& e : file.entries) w.text(e);
@@ -124,6 +126,11 @@ Result<ObjectFile> decode_object_file(std::span<const std::byte> bytes) {
     auto level = r.u64("opt level");
     if (!level) return tl::make_unexpected(level.error());
     out.key.opt_level = static_cast<unsigned>(*level);
+    auto sandbox = r.u64("sandbox mode");
+    if (!sandbox) return tl::make_unexpected(sandbox.error());
+    if (*sandbox > static_cast<std::uint64_t>(Sandbox::sfi))
+        return fail(Errc::malformed_bundle, fmt::format("object file: unknown sandbox mode {}", *sandbox));
+    out.key.sandbox = static_cast<Sandbox>(*sandbox);
     auto hash = r.bytes(out.hash.size(), "hash");
     if (!hash) return tl::make_unexpected(hash.error());
     std::memcpy(out.hash.data(), hash->data(), out.hash.size());

@@ -1,6 +1,7 @@
 #pragma once
 // The disk cache's object files (`<dir>/<hex64>.obj`): a slice's optimised object code with the
-// key it was made under (LLVM version, triple, CPU, features, opt level), its entry names and a
+// key it was made under (LLVM version, triple, CPU, features, opt level, sandbox mode), its entry
+// names and a
 // digest over everything. A restarted agent links the object directly when the key is this
 // host's; anything else (another LLVM, another CPU, a torn or tampered file) is refused and the
 // slice is compiled again from its bundle. Private to jit/.
@@ -13,6 +14,8 @@
 #include <bitship/bundle.hpp>
 #include <bitship/errc.hpp>
 
+#include "jit.hpp"
+
 namespace bitship::jit {
 
 /// What object code was made for; an object file is used only when its key equals this host's.
@@ -22,9 +25,12 @@ struct ObjectKey {
     std::string cpu;
     std::string features;
     unsigned opt_level = 2;
+    /// Code made for Sandbox::sfi is confined and refers to the arena's symbols; code made for
+    /// none is not: neither is ever loaded by an agent of the other mode.
+    Sandbox sandbox = Sandbox::none;
 
-    /// This agent's key at `opt_level`.
-    static ObjectKey of_this_host(unsigned opt_level);
+    /// This agent's key at `opt_level` in mode `sandbox`.
+    static ObjectKey of_this_host(unsigned opt_level, Sandbox sandbox = Sandbox::none);
     bool operator==(const ObjectKey&) const = default;
 };
 

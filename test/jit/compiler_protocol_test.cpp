@@ -41,9 +41,10 @@ proto::CompileReply sample_reply() {
 } // namespace
 
 TEST_CASE("every compiler protocol message decodes to what was encoded", "[unit]") {
-    auto hello = proto::decode_hello(proto::encode(proto::Hello{proto::kVersion, 3, {"memcpy", "bs_args"}}));
+    auto hello = proto::decode_hello(proto::encode(proto::Hello{proto::kVersion, 3, jit::Sandbox::sfi, {"memcpy", "bs_args"}}));
     REQUIRE(hello);
     CHECK(hello->opt_level == 3);
+    CHECK(hello->sandbox == jit::Sandbox::sfi);
     CHECK(hello->allowed == std::vector<std::string>{"memcpy", "bs_args"});
 
     CodeHash h{};

@@ -7,7 +7,8 @@
 //   - a decoded COMPILE's bundle lies inside the input;
 //   - a decoded COMPILED's sizes stay within the caps.
 // With BITSHIP_FUZZ_LLVM=1 in the environment, a COMPILE that decodes is also compiled in this
-// process (parse, verify, code policy, allow-list, tier-0 codegen), as bitship-compiler would;
+// process (parse, verify, code policy, allow-list, tier-0 codegen; with Sandbox::sfi's
+// confine_memory when the request id is odd), as bitship-compiler would;
 // LLVM 19's bitcode reader crashes on some byte-flipped slices (test/agents/crafted), which is
 // why the agent runs it in a separate process: expect such crashes there, not in our code.
 // Built with BITSHIP_FUZZ=ON (clang):
@@ -38,14 +39,18 @@ template <class M> void round_trips(std::span<const std::byte> payload, const bi
     check(again.size() == payload.size() && std::equal(again.begin(), again.end(), payload.begin()));
 }
 
-bitship::jit::InProcessCompiler* llvm_compiler() {
-    static std::unique_ptr<bitship::jit::InProcessCompiler> compiler = []() -> std::unique_ptr<bitship::jit::InProcessCompiler> {
-        const char* on = std::getenv("BITSHIP_FUZZ_LLVM");
-        if (on == nullptr || std::string_view(on) != "1") return nullptr;
-        auto c = bitship::jit::InProcessCompiler::create({"memcpy", "bs_args", "bs_reply", "bs_fail"}, 0);
-        return c ? std::move(*c) : nullptr;
-    }();
-    return compiler.get();
+std::unique_ptr<bitship::jit::InProcessCompiler> make_llvm_compiler(bitship::jit::Sandbox sandbox) {
+    const char* on = std::getenv("BITSHIP_FUZZ_LLVM");
+    if (on == nullptr || std::string_view(on) != "1") return nullptr;
+    auto c = bitship::jit::InProcessCompiler::create({"memcpy", "memmove", "memset", "bs_args", "bs_reply", "bs_fail"}, 0,
+                                                     sandbox);
+    return c ? std::move(*c) : nullptr;
+}
+
+bitship::jit::InProcessCompiler* llvm_compiler(bitship::jit::Sandbox sandbox) {
+    static auto none = make_llvm_compiler(bitship::jit::Sandbox::none);
+    static auto sfi = make_llvm_compiler(bitship::jit::Sandbox::sfi);
+    return sandbox == bitship::jit::Sandbox::sfi ? sfi.get() : none.get();
 }
 
 } // namespace
@@ -85,7 +90,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // What the compiler does first with it: the container and its hashes.
         if (auto view = bitship::BundleView::parse(m->bundle))
             for (const auto& s : view->slices) (void)bitship::normalise_triple(s.triple);
-        if (auto* compiler = llvm_compiler()) (void)compiler->compile(m->bundle, m->expected, m->tier);
+        const auto sandbox = (m->id & 1) != 0 ? bitship::jit::Sandbox::sfi : bitship::jit::Sandbox::none;
+        if (auto* compiler = llvm_compiler(sandbox)) (void)compiler->compile(m->bundle, m->expected, m->tier);
         break;
     }
     }
