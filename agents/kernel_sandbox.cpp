@@ -20,6 +20,13 @@ constexpr std::byte kCanaryByte{0xa5};
 
 Result<std::unique_ptr<KernelSandbox>> KernelSandbox::create(const SandboxConfig& config) {
     std::unique_ptr<KernelSandbox> box(new KernelSandbox(config));
+    if (config.canary) {
+        void* page = mmap(nullptr, kCanaryBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (page == MAP_FAILED)
+            return fail(Errc::internal, fmt::format("mapping the sandbox canary: {}", std::strerror(errno)));
+        box->canary_ = static_cast<std::byte*>(page);
+        std::fill_n(box->canary_, kCanaryBytes, kCanaryByte);
+    }
     if (config.mode == SandboxMode::none) return box;
     if (config.kernel_heap_mib == 0) return fail(Errc::invalid_argument, "--kernel-heap-mib must be at least 1");
     if (config.arena_log2 < 32 || config.arena_log2 > 44)
@@ -33,15 +40,10 @@ Result<std::unique_ptr<KernelSandbox>> KernelSandbox::create(const SandboxConfig
     auto arena = SandboxArena::reserve(ao);
     if (!arena) return tl::make_unexpected(arena.error());
     box->arena_ = std::move(*arena);
-    if (config.canary) {
-        void* page = mmap(nullptr, kCanaryBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (page == MAP_FAILED)
-            return fail(Errc::internal, fmt::format("mapping the sandbox canary: {}", std::strerror(errno)));
-        box->canary_ = static_cast<std::byte*>(page);
-        std::fill_n(box->canary_, kCanaryBytes, kCanaryByte);
-    }
     return box;
 }
+
+KernelSandbox::KernelSandbox(SandboxConfig config) : config_(config) {}
 
 KernelSandbox::~KernelSandbox() {
     if (canary_) munmap(canary_, kCanaryBytes);

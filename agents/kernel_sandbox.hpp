@@ -52,7 +52,7 @@ public:
     [[nodiscard]] std::string summary() const;
 
 private:
-    explicit KernelSandbox(SandboxConfig config) : config_(config) {}
+    explicit KernelSandbox(SandboxConfig config);
     SandboxConfig config_;
     std::unique_ptr<SandboxArena> arena_;
     std::byte* canary_ = nullptr;

@@ -102,6 +102,9 @@ const void* checked_bs_args(bs_ctx* ctx, size_t* len) {
 
 int checked_bs_reply(bs_ctx* ctx, const void* data, size_t len) {
     if (!is_current(ctx)) return BS_EINVAL;
+    // A length past the agent's result limit is refused as it is without the sandbox, before
+    // any byte is read; within it, the bytes must be the kernel's own.
+    if (len > ctx->max_result) return ctx->answered ? BS_EALREADY : BS_ETOOLARGE;
     if (data) check_range("bs_reply", data, len);
     return ::bs_reply(ctx, data, len);
 }

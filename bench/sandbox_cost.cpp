@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,7 @@ constexpr std::uint64_t kDataBytes = std::uint64_t{256} << 20;
 
 struct Pair {
     std::unique_ptr<launch::AgentProcess> sfi, none;
-    Target sfi_target, none_target;
+    std::optional<Target> sfi_target, none_target;
 };
 
 Pair start_pair(Client& client, const Config& cfg, std::uint64_t chase_bytes) {
@@ -71,7 +72,7 @@ Pair start_pair(Client& client, const Config& cfg, std::uint64_t chase_bytes) {
         if (t->info().sandbox != mode)
             throw std::runtime_error(fmt::format("agent {} runs sandbox '{}', expected '{}'", agent->address(),
                                                  to_string(t->info().sandbox), to_string(mode)));
-        *target = *t;
+        target->emplace(*t);
     }
     return p;
 }
@@ -79,13 +80,13 @@ Pair start_pair(Client& client, const Config& cfg, std::uint64_t chase_bytes) {
 /// Times `call(target)` on both agents in alternating blocks; checks both answer alike.
 template <class Call> std::pair<Summary, Summary> alternate(const Pair& p, int reps, int warmup, int block, Call call) {
     std::uint64_t sfi_answer = 0, none_answer = 0;
-    for (int i = 0; i < warmup; ++i) sfi_answer = call(p.sfi_target), none_answer = call(p.none_target);
+    for (int i = 0; i < warmup; ++i) sfi_answer = call(*p.sfi_target), none_answer = call(*p.none_target);
     if (sfi_answer != none_answer)
         throw std::runtime_error(fmt::format("the agents disagree: sfi answered {}, none {}", sfi_answer, none_answer));
     std::vector<double> sfi_us, none_us;
     for (int done = 0; done < reps; done += block) {
         const int n = std::min(block, reps - done);
-        for (auto [target, out] : {std::pair{&p.sfi_target, &sfi_us}, std::pair{&p.none_target, &none_us}})
+        for (auto [target, out] : {std::pair{&*p.sfi_target, &sfi_us}, std::pair{&*p.none_target, &none_us}})
             for (int i = 0; i < n; ++i) {
                 auto t = Clock::now();
                 call(*target);
@@ -166,7 +167,7 @@ int main(int argc, char** argv) {
             auto list = xrdma::ChaseList::make(1, nodes, cfg.seed);
             Pair p = start_pair(*client, cfg, nodes * sizeof(bs_chase_node));
             std::vector<xrdma::Chase> chases;
-            for (const Target& t : {p.sfi_target, p.none_target}) {
+            for (const Target& t : {*p.sfi_target, *p.none_target}) {
                 auto chase = xrdma::Chase::open(*client, {t});
                 if (!chase) throw std::runtime_error(chase.error().describe());
                 if (auto loaded = chase->load(list); !loaded) throw std::runtime_error(loaded.error().describe());
@@ -175,7 +176,7 @@ int main(int argc, char** argv) {
             const std::uint64_t start = xrdma::ChaseList::address_of(0, 0);
             const auto expected = list.walk(start, kDepth);
             auto timed = alternate(p, cfg.chase_reps, 20, cfg.block, [&](const Target& t) {
-                const bool sfi = &t == &p.sfi_target;
+                const bool sfi = &t == &*p.sfi_target;
                 auto& chase = chases[sfi ? 0 : 1];
                 auto r = chase.run(xrdma::Strategy::xrdma, start, kDepth);
                 if (!r) throw std::runtime_error(fmt::format("chase: {}", r.error().describe()));

@@ -13,6 +13,7 @@
 #include <string>
 
 #include <bitship/client.hpp>
+#include <bitship/kernel.h>
 #include <behaviour_kernels.hpp>
 #include <escape_kernels.hpp>
 
@@ -31,12 +32,13 @@ constexpr std::uint64_t kCanaryWord = 0xa5a5a5a5a5a5a5a5ull;
 
 struct Sandboxed {
     explicit Sandboxed(std::vector<std::string> extra = {})
-        : agent("tcp", with_canary(std::move(extra))), client(make_client("tcp")) {
+        : agent("tcp", with_canary(std::move(extra))), client(make_client("tcp")), target(connect(client, agent)),
+          canary(canary_address()) {}
+    static Target connect(Client& client, const AgentProcess& agent) {
         auto t = client.connect(agent.address());
         INFO(agent.log());
         REQUIRE(t);
-        target = *t;
-        canary = canary_address();
+        return *t;
     }
     static std::vector<std::string> with_canary(std::vector<std::string> extra) {
         extra.insert(extra.end(), {"--sandbox-canary", "--kernel-timeout-ms", "20000"});
