@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
         o.loopback_only = true;
         o.progress = *parse_progress_mode(cfg.progress);
         o.call_timeout = std::chrono::seconds(60);
+        o.identity = launch::test_keys().secret; // made before any agent, which would set BITSHIP_IDENTITY
         auto client = Client::create(o);
         if (!client) throw std::runtime_error(client.error().describe());
 
