@@ -194,6 +194,20 @@ TEST_CASE("an sfi JIT needs the arena's zones and symbols", "[unit]") {
     REQUIRE_FALSE(no_symbols);
     CHECK(no_symbols.error().code == Errc::invalid_argument);
     CHECK_THAT(no_symbols.error().message, Catch::Contains(jit::kArenaBaseSymbol));
+    // One JIT per zones: a second live one would map its pages over the first's.
+    auto first = make_jit(jit::Sandbox::sfi);
+    jit::JitOptions second = options;
+    second.exports.clear();
+    for (const auto& e : jit_test::runtime_exports()) second.exports.push_back(e);
+    second.exports.push_back({jit::kArenaBaseSymbol, arena().base});
+    second.exports.push_back({jit::kArenaMaskSymbol, reinterpret_cast<void*>(kArenaSize - 1)});
+    second.exports.push_back({jit::kUnsafeStackSymbol, reinterpret_cast<void*>(&test_unsafe_stack)});
+    second.exports.push_back({jit::kStackOverflowSymbol, reinterpret_cast<void*>(&test_stack_overflow)});
+    auto overlapping = jit::Jit::create(second);
+    REQUIRE_FALSE(overlapping);
+    CHECK_THAT(overlapping.error().message, Catch::Contains("overlap"));
+    first.reset();
+    CHECK(jit::Jit::create(second)); // free again once the first is gone
 }
 
 TEST_CASE("sfi: a write through a forged pointer lands inside the arena; the canary outside is unchanged",
