@@ -210,7 +210,7 @@ TEST_CASE("an sfi JIT needs the arena's zones and symbols", "[unit]") {
     CHECK(jit::Jit::create(second)); // free again once the first is gone
 }
 
-TEST_CASE("sfi: a write through a forged pointer lands inside the arena; the canary outside is unchanged",
+TEST_CASE("sfi: a write through a forged pointer lands inside the arena and the canary outside is unchanged",
           "[unit]") {
     for (unsigned tiers : {1u, 2u}) {
         INFO("tiers " << tiers);
@@ -364,7 +364,7 @@ TEST_CASE("sfi: recursion keeps its address-taken frames on the unsafe stack and
     CHECK(jit_test::reply_u64(again.ctx) == jit_test::reply_u64(want.ctx));
 }
 
-TEST_CASE("sfi: an indirect call to a forged target is still stopped; one to the kernel's own function runs",
+TEST_CASE("sfi: an indirect call to a forged target is still stopped, one to the kernel's own function runs",
           "[unit]") {
     auto sfi = make_jit(jit::Sandbox::sfi);
     auto code = compile(*sfi, kEntries);
