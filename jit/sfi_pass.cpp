@@ -33,6 +33,7 @@ namespace {
 constexpr const char* kRuleAccessSize = "sfi-access-size";
 constexpr const char* kRuleVarargs = "sfi-no-varargs";
 constexpr const char* kRuleAddressSpace = "sfi-address-space";
+constexpr const char* kRuleReserved = "sfi-reserved-name";
 /// The unsafe stack's frames are aligned to at least this.
 constexpr std::uint64_t kFrameAlign = 16;
 
@@ -549,6 +550,12 @@ bool is_unsafe_stack_slot(const llvm::Value* p) {
 } // namespace
 
 Result<SfiStats> confine_memory(llvm::Module& module) {
+    // The sandbox's own symbols are the pass's to use: shipped code that names them (the agent
+    // exports them in this mode) is refused, so every use of them below is the pass's.
+    for (const char* name : {kArenaBaseSymbol, kArenaMaskSymbol, kUnsafeStackSymbol, kStackOverflowSymbol})
+        if (module.getNamedValue(name) != nullptr)
+            return tl::make_unexpected(refuse(kRuleReserved, fmt::format("'{}'", name),
+                                              "the sandbox's own symbols may not be used by shipped code"));
     SfiStats stats;
     for (auto& f : module) {
         if (f.isDeclaration()) continue;

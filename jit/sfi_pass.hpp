@@ -48,7 +48,8 @@
 // at entry. Variadic functions are refused (rule sfi-no-varargs: va_arg would walk the real
 // stack). Pointers outside the default address space are refused (rule sfi-address-space: on
 // x86-64 address spaces 256 and 257 are the gs and fs segments, the thread's own data). Indirect
-// calls are checked by call_guard.cpp in every mode, this one included.
+// calls are checked by call_guard.cpp in every mode, this one included. Shipped code that names
+// the sandbox's own symbols (__bs_arena_base, ...) is refused (rule sfi-reserved-name).
 //
 // Refusals are Errc::policy_violation naming the rule, as code_policy.hpp's are.
 
@@ -83,7 +84,8 @@ struct SfiStats {
 };
 
 /// Confines `module` (see above). Runs after optimisation, just before code generation, at
-/// every tier. policy_violation (rules sfi-no-varargs, sfi-access-size, sfi-address-space) for
+/// every tier. policy_violation (rules sfi-no-varargs, sfi-access-size, sfi-address-space,
+/// sfi-reserved-name) for
 /// what cannot be
 /// confined; nothing is changed then that matters (the module is discarded).
 Result<SfiStats> confine_memory(llvm::Module& module);
