@@ -194,6 +194,11 @@ public:
         if (f_.isVarArg())
             return tl::make_unexpected(refuse(kRuleVarargs, fmt::format("function '{}'", f_.getName().str()),
                                               "variadic functions cannot be confined (va_arg reads the real stack)"));
+        // A frame larger than a page (large safe allocas, many spills) could move the stack
+        // pointer past the thread stack's guard page into other memory, where its unmasked
+        // accesses would land: the prologue touches every page on its way down instead (as
+        // clang's -fstack-clash-protection does), so it faults on the guard.
+        f_.addFnAttr("probe-stack", "inline-asm");
         i64_ = llvm::Type::getInt64Ty(ctx_);
         ptr_ = llvm::PointerType::get(ctx_, 0);
         if (auto ok = copy_unsafe_byval(); !ok) return ok;

@@ -20,7 +20,9 @@
 //     spills, the callee-saved registers and the *safe* allocas: static allocas whose every use
 //     is a load or store at a constant, in-bounds offset (directly or through constant inbounds
 //     GEPs) or a lifetime marker. Their accesses are provably inside the alloca, so they are
-//     left unmasked (a masked stack address would land in the arena, not on the stack).
+//     left unmasked (a masked stack address would land in the arena, not on the stack). Every
+//     function probes its real-stack frame page by page ("probe-stack"="inline-asm"), so no
+//     frame, however large, can step over the thread stack's guard page.
 //   - the unsafe stack (jit::UnsafeStack, inside the arena, one per thread, from
 //     __bs_unsafe_stack()) takes every other alloca: address-taken locals, arrays indexed by a
 //     variable, dynamic allocas (VLAs), byval parameters whose address escapes. The function
