@@ -97,10 +97,49 @@ struct Pages {
     std::size_t bytes = 0;
 };
 
+/// The zones live managers use: two managers over one zone would map pages over each other's.
+class ZonesInUse {
+public:
+    bool claim(const CodeZones& z) {
+        std::lock_guard lock(mutex_);
+        for (const auto& u : used_)
+            if (overlaps(u.code, u.code_size, z.code, z.code_size) || overlaps(u.data, u.data_size, z.data, z.data_size) ||
+                overlaps(u.code, u.code_size, z.data, z.data_size) || overlaps(u.data, u.data_size, z.code, z.code_size))
+                return false;
+        used_.push_back(z);
+        return true;
+    }
+    void release(const CodeZones& z) noexcept {
+        std::lock_guard lock(mutex_);
+        for (auto it = used_.begin(); it != used_.end(); ++it)
+            if (it->code == z.code && it->data == z.data) {
+                used_.erase(it);
+                return;
+            }
+    }
+
+private:
+    static bool overlaps(const std::byte* a, std::size_t an, const std::byte* b, std::size_t bn) {
+        return a < b + bn && b < a + an;
+    }
+    std::mutex mutex_;
+    std::vector<CodeZones> used_;
+};
+
+ZonesInUse& zones_in_use() {
+    static ZonesInUse z;
+    return z;
+}
+
 class ArenaMemory final : public jl::JITLinkMemoryManager {
 public:
+    /// `zones` claimed in zones_in_use() by the caller; given back here.
     ArenaMemory(const CodeZones& zones, std::size_t page)
-        : page_(page), code_(zones.code, zones.code_size, page), data_(zones.data, zones.data_size, page) {}
+        : zones_(zones), page_(page), code_(zones.code, zones.code_size, page),
+          data_(zones.data, zones.data_size, page) {}
+    ~ArenaMemory() override { zones_in_use().release(zones_); }
+    ArenaMemory(const ArenaMemory&) = delete;
+    ArenaMemory& operator=(const ArenaMemory&) = delete;
 
     void allocate(const jl::JITLinkDylib*, jl::LinkGraph& graph, OnAllocatedFunction on_allocated) override;
     void deallocate(std::vector<FinalizedAlloc> allocs, OnDeallocatedFunction on_deallocated) override;
@@ -119,6 +158,7 @@ public:
 private:
     class InFlight;
 
+    CodeZones zones_;
     std::size_t page_;
     Zone code_;
     Zone data_;
@@ -235,6 +275,8 @@ Result<std::unique_ptr<llvm::jitlink::JITLinkMemoryManager>> make_arena_memory(c
     };
     if (!aligned(zones.code, zones.code_size) || !aligned(zones.data, zones.data_size))
         return fail(Errc::invalid_argument, "sandbox code zones must be non-empty and page-aligned");
+    if (!zones_in_use().claim(zones))
+        return fail(Errc::invalid_argument, "sandbox code zones overlap those of another live JIT");
     return std::unique_ptr<llvm::jitlink::JITLinkMemoryManager>(new ArenaMemory(zones, page));
 }
 

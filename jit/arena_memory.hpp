@@ -23,7 +23,8 @@
 namespace bitship::jit {
 
 /// A JITLinkMemoryManager over `zones` (both page-aligned, reserved by the caller, and within
-/// 2 GiB of each other). invalid_argument when a zone is empty or not page-aligned.
+/// 2 GiB of each other). invalid_argument when a zone is empty or not page-aligned, or overlaps
+/// the zones of a manager still alive (one manager per zones: each maps pages as its own).
 Result<std::unique_ptr<llvm::jitlink::JITLinkMemoryManager>> make_arena_memory(const CodeZones& zones);
 
 } // namespace bitship::jit

@@ -33,6 +33,7 @@ namespace {
 constexpr const char* kRuleAccessSize = "sfi-access-size";
 constexpr const char* kRuleVarargs = "sfi-no-varargs";
 constexpr const char* kRuleAddressSpace = "sfi-address-space";
+constexpr const char* kRuleReserved = "sfi-reserved-name";
 /// The unsafe stack's frames are aligned to at least this.
 constexpr std::uint64_t kFrameAlign = 16;
 
@@ -193,6 +194,11 @@ public:
         if (f_.isVarArg())
             return tl::make_unexpected(refuse(kRuleVarargs, fmt::format("function '{}'", f_.getName().str()),
                                               "variadic functions cannot be confined (va_arg reads the real stack)"));
+        // A frame larger than a page (large safe allocas, many spills) could move the stack
+        // pointer past the thread stack's guard page into other memory, where its unmasked
+        // accesses would land: the prologue touches every page on its way down instead (as
+        // clang's -fstack-clash-protection does), so it faults on the guard.
+        f_.addFnAttr("probe-stack", "inline-asm");
         i64_ = llvm::Type::getInt64Ty(ctx_);
         ptr_ = llvm::PointerType::get(ctx_, 0);
         if (auto ok = copy_unsafe_byval(); !ok) return ok;
@@ -549,6 +555,12 @@ bool is_unsafe_stack_slot(const llvm::Value* p) {
 } // namespace
 
 Result<SfiStats> confine_memory(llvm::Module& module) {
+    // The sandbox's own symbols are the pass's to use: shipped code that names them (the agent
+    // exports them in this mode) is refused, so every use of them below is the pass's.
+    for (const char* name : {kArenaBaseSymbol, kArenaMaskSymbol, kUnsafeStackSymbol, kStackOverflowSymbol})
+        if (module.getNamedValue(name) != nullptr)
+            return tl::make_unexpected(refuse(kRuleReserved, fmt::format("'{}'", name),
+                                              "the sandbox's own symbols may not be used by shipped code"));
     SfiStats stats;
     for (auto& f : module) {
         if (f.isDeclaration()) continue;

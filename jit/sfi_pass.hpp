@@ -20,7 +20,9 @@
 //     spills, the callee-saved registers and the *safe* allocas: static allocas whose every use
 //     is a load or store at a constant, in-bounds offset (directly or through constant inbounds
 //     GEPs) or a lifetime marker. Their accesses are provably inside the alloca, so they are
-//     left unmasked (a masked stack address would land in the arena, not on the stack).
+//     left unmasked (a masked stack address would land in the arena, not on the stack). Every
+//     function probes its real-stack frame page by page ("probe-stack"="inline-asm"), so no
+//     frame, however large, can step over the thread stack's guard page.
 //   - the unsafe stack (jit::UnsafeStack, inside the arena, one per thread, from
 //     __bs_unsafe_stack()) takes every other alloca: address-taken locals, arrays indexed by a
 //     variable, dynamic allocas (VLAs), byval parameters whose address escapes. The function
@@ -48,7 +50,8 @@
 // at entry. Variadic functions are refused (rule sfi-no-varargs: va_arg would walk the real
 // stack). Pointers outside the default address space are refused (rule sfi-address-space: on
 // x86-64 address spaces 256 and 257 are the gs and fs segments, the thread's own data). Indirect
-// calls are checked by call_guard.cpp in every mode, this one included.
+// calls are checked by call_guard.cpp in every mode, this one included. Shipped code that names
+// the sandbox's own symbols (__bs_arena_base, ...) is refused (rule sfi-reserved-name).
 //
 // Refusals are Errc::policy_violation naming the rule, as code_policy.hpp's are.
 
@@ -83,7 +86,8 @@ struct SfiStats {
 };
 
 /// Confines `module` (see above). Runs after optimisation, just before code generation, at
-/// every tier. policy_violation (rules sfi-no-varargs, sfi-access-size, sfi-address-space) for
+/// every tier. policy_violation (rules sfi-no-varargs, sfi-access-size, sfi-address-space,
+/// sfi-reserved-name) for
 /// what cannot be
 /// confined; nothing is changed then that matters (the module is discarded).
 Result<SfiStats> confine_memory(llvm::Module& module);
