@@ -22,7 +22,7 @@ constexpr std::size_t kCodeGuard = kGranule;           // between the arena's en
 constexpr std::size_t kCodeReach = std::size_t{2} << 30; // PC-relative reach of code model small
 constexpr unsigned kMinSizeLog2 = 26;                  // 64 MiB
 constexpr unsigned kMaxSizeLog2 = 46;                  // 64 TiB: half of x86-64's user space
-// The UnsafeStack struct sits at the top of the stack's pages, on a cache line of its own.
+// Room left above the unsafe stack's top (the first frame's alignment slack).
 constexpr std::size_t kStackHeadroom = 64;
 
 constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
@@ -226,7 +226,8 @@ Result<ThreadArea*> SandboxArena::this_thread() {
     auto area = std::make_unique<ThreadArea>();
     area->stack_limit = stack;
     area->stack_top = stack + stack_bytes - kStackHeadroom;
-    area->stack = new (area->stack_top) jit::UnsafeStack{area->stack_top, area->stack_limit};
+    area->unsafe_stack = jit::UnsafeStack{area->stack_top, area->stack_limit};
+    area->stack = &area->unsafe_stack;
     area->call_buffer = call_buffer;
     area->call_buffer_bytes = options_.call_buffer_bytes;
     area->heap = heaps_.back().get();

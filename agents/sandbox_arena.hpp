@@ -52,10 +52,12 @@ struct ArenaOptions {
 /// What one thread's kernel calls use inside the arena. The struct itself lives outside it
 /// (the kernel cannot reach `heap`); what its pointers name lies inside.
 struct ThreadArea {
-    /// Inside the arena, just above `stack_top` (instrumented code loads and stores `sp`
-    /// through it, confined like any access; a kernel that overwrites it only confuses its own
-    /// unsafe stack, which stays in the arena). sp and limit are reset at every call's start.
+    /// The thread's unsafe stack pointer and limit: `&unsafe_stack`, in the agent's memory,
+    /// outside the arena. Instrumented code loads and stores `sp` through it unconfined, so no
+    /// kernel store can reach it (a forged `sp` or `limit` would move frames the pass trusts).
+    /// sp and limit are reset at every call's start.
     jit::UnsafeStack* stack = nullptr;
+    jit::UnsafeStack unsafe_stack;
     std::byte* stack_top = nullptr;   ///< 16-byte aligned, where sp starts
     std::byte* stack_limit = nullptr; ///< the lowest byte of the unsafe stack
     std::byte* call_buffer = nullptr; ///< the call's arguments, 16-byte aligned
