@@ -82,15 +82,11 @@ void KernelHeap::write_header(std::size_t offset, std::size_t size, std::uint32_
     store64(h + 8, word);
 }
 
-bool KernelHeap::read_live(const void* p, Block& out) const noexcept {
-    auto at = reinterpret_cast<std::uintptr_t>(p);
-    auto first = reinterpret_cast<std::uintptr_t>(begin_);
-    if (at < first + kHeader || at - first > top_ || (at - first) % kAlign != 0) return false;
-    std::size_t offset = at - first - kHeader;
+bool KernelHeap::read_header(std::size_t offset, bool live, Block& out) const noexcept {
     std::size_t size = load64(begin_ + offset);
     std::uint64_t word = load64(begin_ + offset + 8);
     auto cls = static_cast<std::uint32_t>(word);
-    if (static_cast<std::uint32_t>(word >> 32) != tag_for(offset, true) || !plausible(offset, size)) return false;
+    if (static_cast<std::uint32_t>(word >> 32) != tag_for(offset, live) || !plausible(offset, size)) return false;
     if (cls == kLargeClass) {
         if (size % kPage != 0 || size <= kMaxSmallBlock) return false;
     } else if (cls >= kClasses || size != kClassSize[cls]) {
@@ -100,19 +96,16 @@ bool KernelHeap::read_live(const void* p, Block& out) const noexcept {
     return true;
 }
 
+bool KernelHeap::read_live(const void* p, Block& out) const noexcept {
+    auto at = reinterpret_cast<std::uintptr_t>(p);
+    auto first = reinterpret_cast<std::uintptr_t>(begin_);
+    if (at < first + kHeader || at - first > top_ || (at - first) % kAlign != 0) return false;
+    return read_header(at - first - kHeader, true, out);
+}
+
 bool KernelHeap::read_free(std::size_t offset, Block& out) const noexcept {
     if (offset % kAlign != 0 || offset >= top_ || top_ - offset < kMinBlock) return false;
-    std::size_t size = load64(begin_ + offset);
-    std::uint64_t word = load64(begin_ + offset + 8);
-    auto cls = static_cast<std::uint32_t>(word);
-    if (static_cast<std::uint32_t>(word >> 32) != tag_for(offset, false) || !plausible(offset, size)) return false;
-    if (cls == kLargeClass) {
-        if (size % kPage != 0 || size <= kMaxSmallBlock) return false;
-    } else if (cls >= kClasses || size != kClassSize[cls]) {
-        return false;
-    }
-    out = {offset, size, cls};
-    return true;
+    return read_header(offset, false, out);
 }
 
 void* KernelHeap::hand_out(std::size_t offset, std::size_t size, std::uint32_t cls) noexcept {

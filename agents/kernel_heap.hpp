@@ -62,6 +62,9 @@ private:
     };
     [[nodiscard]] bool read_live(const void* p, Block& out) const noexcept;
     [[nodiscard]] bool read_free(std::size_t offset, Block& out) const noexcept;
+    /// The header at `offset` (already checked to lie in the heap), if it is a well-formed
+    /// header of a live (or free) block.
+    [[nodiscard]] bool read_header(std::size_t offset, bool live, Block& out) const noexcept;
     [[nodiscard]] bool plausible(std::size_t offset, std::size_t size) const noexcept;
     void write_header(std::size_t offset, std::size_t size, std::uint32_t cls, bool live) noexcept;
     void* take_small(unsigned cls) noexcept;
