@@ -7,13 +7,18 @@
 //   mandelbrot       compute-bound: floating point in registers         target <= 1.15x
 //   interpret        indirect calls: a bytecode loop dispatching through a function table
 //                                                                       target <= 1.15x
+//   leaks            1,000 calls that each leak 1 MiB: each agent's resident memory before and
+//                    after (sfi reclaims a call's heap when it ends; none keeps every MiB)
 // Calls go to the two agents in alternating blocks, so both see the same machine over the run
 // while the other sleeps. Answers are compared between the agents (and for the chase, with the
 // walk done here).
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -44,6 +49,7 @@ struct Config {
     int ship_reps = 20000;
     int compute_reps = 200;
     int block = 50;
+    int leak_calls = 1000;
     std::uint64_t seed = 1;
     std::string transport = "tcp";
     std::string progress = "spin-then-block";
@@ -96,6 +102,13 @@ template <class Call> std::pair<Summary, Summary> alternate(const Pair& p, int r
     return {bench::summarise(sfi_us), bench::summarise(none_us)};
 }
 
+std::size_t resident_bytes(pid_t pid) {
+    std::ifstream statm("/proc/" + std::to_string(pid) + "/statm");
+    std::size_t pages = 0, resident = 0;
+    statm >> pages >> resident;
+    return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
 std::uint64_t value_of(const Future& f, const char* what) {
     auto r = f.get_as<std::uint64_t>();
     if (!r) throw std::runtime_error(fmt::format("{}: {}", what, r.error().describe()));
@@ -119,6 +132,7 @@ int main(int argc, char** argv) {
     app.add_option("--progress", cfg.progress, "progress mode of client and agents")
         ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
     app.add_option("--seed", cfg.seed, "chase list seed")->capture_default_str();
+    app.add_option("--leak-calls", cfg.leak_calls, "calls leaking 1 MiB each, per agent")->capture_default_str();
     app.add_flag("--quick", quick, "fewer repetitions, 2^20 nodes only");
     app.add_option("--csv", cfg.csv, "write the rows as CSV here");
     app.add_option("--json", cfg.json, "write the rows as JSON here");
@@ -206,11 +220,29 @@ int main(int argc, char** argv) {
         report("interpret 4M steps", alternate(last, cfg.compute_reps, 5, std::max(1, cfg.block / 10), [&](const Target& t) {
                    return value_of(client->ship(sandbox_cost_kernels::interpret, t, std::uint64_t{4} << 20), "interpret");
                }), 1.15);
+        const std::size_t targets = rows.size() / 2;
+        fmt::print("\n{} of {} cost targets met\n\n", targets - static_cast<std::size_t>(missed), targets);
+        // Leaks: resident memory after 10 warm-up calls and after 1,000 more, each agent.
+        for (auto [agent, target, mode] : {std::tuple{last.sfi.get(), &*last.sfi_target, "sfi"},
+                                           std::tuple{last.none.get(), &*last.none_target, "none"}}) {
+            for (int i = 0; i < 10; ++i) value_of(client->ship(sandbox_cost_kernels::leak_mib, *target), "leak_mib");
+            const auto before = resident_bytes(agent->pid());
+            for (int i = 0; i < cfg.leak_calls; ++i) value_of(client->ship(sandbox_cost_kernels::leak_mib, *target), "leak_mib");
+            const auto after = resident_bytes(agent->pid());
+            const double grew = (static_cast<double>(after) - static_cast<double>(before)) / (1 << 20);
+            fmt::print("leaks, --sandbox {:<4}: {} calls leaking 1 MiB each: resident {:.1f} MiB before, {:.1f} MiB after "
+                       "({:+.1f} MiB){}\n",
+                       mode, cfg.leak_calls, before / 1048576.0, after / 1048576.0, grew,
+                       std::string_view(mode) == "sfi" ? (grew <= 64 ? " within the 64 MiB quota: MET" : " past the quota: MISSED")
+                                                       : "");
+            rows.push_back({{{"what", "leaks"}, {"sandbox", mode}}, {},
+                            {{"calls", cfg.leak_calls}, {"resident_before_mib", before / 1048576.0},
+                             {"resident_after_mib", after / 1048576.0}}});
+        }
     } catch (const std::exception& e) {
         fmt::print(stderr, "sandbox_cost: {}\n", e.what());
         return 1;
     }
-    fmt::print("\n{} of {} targets met\n", rows.size() / 2 - static_cast<std::size_t>(missed), rows.size() / 2);
     std::vector<std::pair<std::string, std::string>> config{{"cpu", bench::cpu_description()},
                                                             {"transport", cfg.transport},
                                                             {"progress", cfg.progress},

@@ -1,6 +1,7 @@
 /* The compute kernels bench/sandbox_cost runs under --sandbox sfi and none: one memory-bound,
  * one compute-bound, one made of indirect calls. Each takes a few milliseconds per call. */
 #include <bitship/kernel.h>
+#include <stdlib.h>
 
 static uint64_t arg(bs_ctx* ctx, unsigned i) {
     size_t len;
@@ -61,4 +62,13 @@ BS_KERNEL(interpret) {
         m.pc = (m.pc + 1) & 63;
     }
     bs_reply(ctx, &m.acc, sizeof m.acc);
+}
+
+/* Allocates 1 MiB, touches every page, and frees nothing: a leak per call. */
+BS_KERNEL(leak_mib) {
+    char* p = (char*)malloc(1u << 20);
+    if (!p) return (void)bs_fail(ctx, 1, "leak_mib: malloc answered NULL");
+    for (uint64_t off = 0; off < (1u << 20); off += 4096) p[off] = (char)off;
+    uint64_t first = (uint64_t)(unsigned char)p[4096];
+    bs_reply(ctx, &first, sizeof first);
 }
