@@ -18,8 +18,11 @@
 #include <behaviour_kernels.hpp>
 
 #include "launcher.hpp"
+#include "test_support.hpp"
 
 using namespace bitship;
+using bitship::test::make_client;
+using bitship::test::agent_counters;
 using bitship::launch::AgentProcess;
 using namespace std::chrono_literals;
 
@@ -56,22 +59,7 @@ const std::array<Kernel, kDistinctKernels>& distinct_kernels() {
     return kernels;
 }
 
-Client make_client(const std::string& transport) {
-    ClientOptions o;
-    o.transport = *parse_transport(transport);
-    o.loopback_only = true;
-    o.call_timeout = 30s;
-    o.identity = bitship::launch::test_keys().secret; // some tests make the client before any agent
-    auto c = Client::create(o);
-    REQUIRE(c);
-    return std::move(*c);
-}
 
-std::map<std::string, std::uint64_t> agent_counters(Client& client, const Target& t) {
-    auto s = client.agent_stats(t);
-    REQUIRE(s);
-    return {s->begin(), s->end()};
-}
 
 bool has_object_file(const std::filesystem::path& dir) {
     for (const auto& e : std::filesystem::directory_iterator(dir))

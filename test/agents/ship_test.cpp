@@ -23,29 +23,17 @@
 #include <other_arch_kernels.hpp>
 
 #include "launcher.hpp"
+#include "test_support.hpp"
 
 using namespace bitship;
+using bitship::test::make_client;
+using bitship::test::agent_counters;
 using bitship::launch::AgentProcess;
 using namespace std::chrono_literals;
 
 namespace {
 
-Client make_client(const std::string& transport, std::chrono::milliseconds call_timeout = 30s) {
-    ClientOptions o;
-    o.transport = *parse_transport(transport);
-    o.loopback_only = true;
-    o.call_timeout = call_timeout;
-    o.identity = bitship::launch::test_keys().secret; // some tests make the client before any agent
-    auto c = Client::create(o);
-    REQUIRE(c);
-    return std::move(*c);
-}
 
-std::map<std::string, std::uint64_t> agent_counters(Client& client, const Target& t) {
-    auto s = client.agent_stats(t);
-    REQUIRE(s);
-    return {s->begin(), s->end()};
-}
 
 Target connect(Client& client, const AgentProcess& agent) {
     auto t = client.connect(agent.address());
