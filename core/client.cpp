@@ -103,6 +103,7 @@ namespace {
 bool set_peers(CallState& c, const Target& target, const ShipOptions& options) {
     c.forward = options.forward;
     c.hop_budget = options.hop_budget;
+    c.device = options.device;
     if (options.peers.empty()) return true;
     bool found = false;
     for (std::size_t i = 0; i < options.peers.size(); ++i) {

@@ -63,7 +63,8 @@ const Result<SliceChoice>& Client::Impl::choose_slice(const CallState& c, Peer& 
         if (!fresh) return it->second;
         cached = &it->second;
     } else {
-        auto [it, fresh] = p.slice_by_bundle.try_emplace(c.bundle.data(), fail(Errc::internal, "slice not chosen"));
+        auto [it, fresh] =
+            p.slice_by_bundle.try_emplace(std::pair{static_cast<const void*>(c.bundle.data()), c.device}, fail(Errc::internal, "slice not chosen"));
         if (!fresh) return it->second;
         cached = &it->second;
     }
@@ -76,6 +77,15 @@ const Result<SliceChoice>& Client::Impl::choose_slice(const CallState& c, Peer& 
                 return fail(Errc::invalid_argument, fmt::format("bundle has {} slices, slice {} asked for",
                                                                 view->slices.size(), *c.forced_slice));
             index = *c.forced_slice;
+        } else if (c.device == Device::gpu) {
+            // No agent runs GPU slices yet: say what the bundle and the agent have.
+            const bool has_gpu_slice = view->find_slice(kGpuTriple).has_value();
+            return fail(Errc::no_matching_slice,
+                        fmt::format("the call asks for a GPU (ShipOptions::device = gpu): {}; {} runs {} with {} GPU(s) it "
+                                    "runs kernels on",
+                                    has_gpu_slice ? "the bundle has an nvptx64 slice"
+                                                  : fmt::format("the bundle has no nvptx64 slice (slices for [{}])", view->triples()),
+                                    agent_name(p), p.info->triple, p.info->capabilities.gpus));
         } else {
             auto found = view->find_slice(p.info->triple);
             if (!found)

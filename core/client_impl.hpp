@@ -58,6 +58,7 @@ struct CallState {
     Kind kind = Kind::run;
     std::span<const std::byte> bundle; // the whole bundle (static storage, or `owned`)
     std::optional<std::size_t> forced_slice;
+    Device device = Device::any;
     std::string entry;
     Bytes args;
     CodeHash hash{};
@@ -120,7 +121,13 @@ struct Peer {
     std::vector<std::shared_ptr<CallState>> waiting; // calls queued until connected
     std::shared_ptr<CallState> connecting;           // connect()'s own call, if any
     /// The slice this agent's triple takes from each embedded bundle, by the bundle's address.
-    std::unordered_map<const void*, Result<SliceChoice>> slice_by_bundle;
+    /// By (bundle storage, ShipOptions::device): which slice serves calls to this peer.
+    struct SliceKeyHash {
+        std::size_t operator()(const std::pair<const void*, Device>& k) const noexcept {
+            return std::hash<const void*>{}(k.first) ^ static_cast<std::size_t>(k.second);
+        }
+    };
+    std::unordered_map<std::pair<const void*, Device>, Result<SliceChoice>, SliceKeyHash> slice_by_bundle;
     /// Hashes this address holds (Client::Impl::known's entry, made on first use).
     std::set<CodeHash>* known = nullptr;
 };

@@ -159,6 +159,11 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
     if (slice == nullptr) return fail(Errc::malformed_bundle, "no slice hashes to " + hex);
 
     // 3. Made for this architecture and OS.
+    if (normalise_triple(slice->triple) == normalise_triple(kGpuTriple))
+        return fail(Errc::no_matching_slice,
+                    fmt::format("slice {} is for an NVIDIA GPU ({}); this agent runs {} and no GPU kernels (bundle has "
+                                "slices for [{}])",
+                                hex, slice->triple, me.triple, view->triples()));
     if (normalise_triple(slice->triple) != normalise_triple(me.triple))
         return fail(Errc::no_matching_slice,
                     fmt::format("bundle has slices for [{}]; this agent runs {}", view->triples(), me.triple));

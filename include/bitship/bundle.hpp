@@ -49,6 +49,9 @@ std::string to_string(const LlvmVersion& v);
 /// `"x86_64-linux"`; `amd64` is `x86_64`, `arm64` is `aarch64`).
 std::string normalise_triple(std::string_view triple);
 
+/// The triple of a bundle's GPU slice (bitship_add_kernels ARCHS nvptx64).
+inline constexpr std::string_view kGpuTriple = "nvptx64-nvidia-cuda";
+
 /// One slice as read from a bundle; `bitcode` points into the bundle's buffer.
 struct SliceView {
     std::string triple;

@@ -86,6 +86,17 @@ struct CallState;
 }
 
 /// How a call may travel beyond its first agent.
+/// Which processor a call may run on (ShipOptions::device).
+enum class Device : std::uint8_t {
+    /// The agent's CPU slice; a GPU slice once agents run them and the agent has a GPU.
+    any,
+    /// The bundle's slice for the agent's CPU only.
+    cpu,
+    /// The bundle's nvptx64 slice on one of the agent's GPUs: no_matching_slice, naming what
+    /// the agent has, when the bundle has no GPU slice or the agent no GPU it runs kernels on.
+    gpu,
+};
+
 struct ShipOptions {
     /// Agents a kernel may forward to with bs_forward/bs_ship, by index. The first target must
     /// be among them when it is non-empty. With peers, the call carries this client's UCX
@@ -96,6 +107,8 @@ struct ShipOptions {
     /// Without `peers`: let the kernel forward through the agents' own configured peers
     /// (xagent --peer). The call then carries this client's address for the answer.
     bool forward = false;
+    /// Which of the bundle's slices may serve the call.
+    Device device = Device::any;
 };
 
 /// A memory region of an agent, readable and writable with one-sided RDMA.
