@@ -94,6 +94,9 @@ function(bitship_add_kernels)
     # Another architecture's slice needs that architecture's C headers: Debian's cross libc
     # (libc6-dev-arm64-cross) when installed, else freestanding (kernel.h alone still works).
     set(_arch_flags ${_baseline})
+    if(NOT arch STREQUAL "nvptx64") # the GPU has no stack protector to turn off
+      list(APPEND _arch_flags -fno-stack-protector)
+    endif()
     if(NOT arch STREQUAL CMAKE_SYSTEM_PROCESSOR AND NOT arch STREQUAL "nvptx64")
       if(EXISTS "/usr/${arch}-linux-gnu/include")
         list(APPEND _arch_flags -nostdinc -isystem ${BITSHIP_KERNEL_CLANG_RESOURCE_DIR}/include
@@ -109,8 +112,7 @@ function(bitship_add_kernels)
       set(_bc "${_out}/${arch}/${_stem}.bc")
       add_custom_command(OUTPUT "${_bc}"
         COMMAND ${CMAKE_COMMAND} -E make_directory "${_out}/${arch}"
-        COMMAND ${BITSHIP_KERNEL_CLANG} --target=${_triple} -O2 -emit-llvm -c -fno-stack-protector
-                -fno-exceptions ${_arch_flags} -I${BITSHIP_KERNEL_INCLUDE_DIR} ${_includes} ${K_COMPILE_OPTIONS}
+        COMMAND ${BITSHIP_KERNEL_CLANG} --target=${_triple} -O2 -emit-llvm -c -fno-exceptions ${_arch_flags} -I${BITSHIP_KERNEL_INCLUDE_DIR} ${_includes} ${K_COMPILE_OPTIONS}
                 -o "${_bc}" "${_abs}"
         DEPENDS "${_abs}" "${BITSHIP_KERNEL_INCLUDE_DIR}/bitship/kernel.h"
                 "${BITSHIP_KERNEL_INCLUDE_DIR}/bitship/gpu_kernel.h"

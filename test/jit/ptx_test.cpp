@@ -4,6 +4,8 @@
 // that need it warn and return; everything before them still runs.
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -102,6 +104,19 @@ struct NvJitLink {
         return create && add_data && complete && cubin_size && error_log_size && error_log && destroy;
     }
 };
+
+// Compiles `source` for nvptx64 with clang (`flags`, not the slice's -Werror set) to bitcode.
+std::vector<std::byte> nvptx_bitcode(const fs::path& dir, const std::string& source, const std::string& flags = "") {
+    write_file(dir / "k.c", source);
+    REQUIRE(run(std::string("'") + BITSHIP_KERNEL_CLANG_FOR_TEST +
+                "' --target=nvptx64-nvidia-cuda -O2 -emit-llvm -c -ffreestanding -I'" BITSHIP_INCLUDE_DIR_FOR_TEST "' " +
+                flags + " '" + (dir / "k.c").string() + "' -o '" + (dir / "k.bc").string() + "'") == 0);
+    std::ifstream in(dir / "k.bc", std::ios::binary);
+    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<std::byte> out(chars.size());
+    std::memcpy(out.data(), chars.data(), chars.size());
+    return out;
+}
 
 constexpr int kNvJitLinkInputPtx = 2; // NVJITLINK_INPUT_PTX
 
@@ -229,4 +244,47 @@ TEST_CASE("ptx: a GPU kernel without its kernel attribute does not build", "[uni
                            "BS_GPU_KERNEL(k) { *(int*)result = not_a_function; }\n") != 0);
     CHECK(build("misspelt", "__attribute__((nvptx_kernal)) void k(void* result);\n"
                             "__attribute__((nvptx_kernal)) void k(void* result) { *(int*)result = 1; }\n") != 0);
+}
+
+TEST_CASE("ptx: compile_to_ptx names an external function that is not a kernel, and a call nothing provides", "[unit]") {
+    TempDir dir;
+    // Built without the slice's -Werror flags, as a client with another build could.
+    auto plain = nvptx_bitcode(dir.path, "void lost(void* result) { *(int*)result = 1; }\n"
+                                         "__attribute__((nvptx_kernel)) void k(void* result) { lost(result); }\n");
+    auto lost = jit::compile_to_ptx(plain, 90, jit::find_libdevice());
+    REQUIRE_FALSE(lost);
+    CHECK(lost.error().code == Errc::compile_failed);
+    CHECK(lost.error().message.find("lost") != std::string::npos);
+
+    auto libm = nvptx_bitcode(dir.path, "float expf(float);\n"
+                                        "__attribute__((nvptx_kernel)) void k(float* x) { *x = expf(*x); }\n");
+    auto unresolved = jit::compile_to_ptx(libm, 90, jit::find_libdevice());
+    REQUIRE_FALSE(unresolved);
+    CHECK(unresolved.error().code == Errc::compile_failed);
+    CHECK(unresolved.error().message.find("expf") != std::string::npos);
+
+    auto none = nvptx_bitcode(dir.path, "static int unused;\n");
+    auto no_kernel = jit::compile_to_ptx(none, 90, jit::find_libdevice());
+    REQUIRE_FALSE(no_kernel);
+    CHECK(no_kernel.error().code == Errc::compile_failed);
+    CHECK(no_kernel.error().message.find("no kernel") != std::string::npos);
+}
+
+TEST_CASE("ptx: bs_gpu_printf becomes the device's vprintf, which ptxas accepts", "[unit]") {
+    fs::path ptxas = cuda_home() / "bin/ptxas";
+    if (!fs::exists(ptxas)) {
+        WARN("skipped: no " << ptxas << " (CUDA Toolkit not installed)");
+        return;
+    }
+    TempDir dir;
+    auto bc = nvptx_bitcode(dir.path, "#include <bitship/gpu_kernel.h>\n"
+                                      "BS_GPU_KERNEL(hello) { bs_gpu_printf(\"thread %u of %u\\n\", "
+                                      "bs_gpu_thread_x(), bs_gpu_block_dim_x()); }\n",
+                            BITSHIP_NVPTX_FLAGS_FOR_TEST);
+    auto ptx = jit::compile_to_ptx(bc, 90, jit::find_libdevice());
+    if (!ptx) FAIL(ptx.error().describe());
+    CHECK(ptx->find("call.uni") != std::string::npos);
+    CHECK(ptx->find("vprintf") != std::string::npos);
+    write_file(dir.path / "p.ptx", *ptx);
+    CHECK(run("'" + ptxas.string() + "' -arch=sm_90 '" + (dir.path / "p.ptx").string() + "' -o /dev/null") == 0);
 }
