@@ -1,4 +1,4 @@
-# bitship_add_kernels(TARGET name SOURCES a.c b.c [ARCHS x86_64 aarch64] [NAMESPACE ns]
+# bitship_add_kernels(TARGET name SOURCES a.c b.c [ARCHS x86_64 aarch64 nvptx64] [NAMESPACE ns]
 #                     [INCLUDE_DIRECTORIES dirs...] [COMPILE_OPTIONS opts...])
 #
 # Compiles each kernel source with clang (the same major version as the agents' LLVM, or older)
@@ -26,6 +26,10 @@ if(NOT DEFINED BITSHIP_KERNEL_INCLUDE_DIR)
   set(BITSHIP_KERNEL_INCLUDE_DIR "${CMAKE_CURRENT_LIST_DIR}/../include")
 endif()
 
+# The nvptx64 slice's front-end flags (see _bitship_arch_triple); tests compile with them too.
+set(BITSHIP_NVPTX_KERNEL_FLAGS -ffreestanding -Werror=ignored-attributes -Werror=unknown-attributes
+    -Werror=missing-prototypes)
+
 # Each architecture's triple and CPU baseline: what the front end may assume of the machine
 # (predefined __ARM_FEATURE_* macros, which intrinsics a kernel may call). The agent rewrites
 # target-cpu and target-features to its own CPU before code generation, so the baseline is a
@@ -46,8 +50,18 @@ function(_bitship_arch_triple arch out_triple out_cpu out_flags)
     set(${out_triple} "aarch64-unknown-linux-gnu" PARENT_SCOPE)
     set(${out_cpu} "armv8.2-a+crypto" PARENT_SCOPE)
     set(${out_flags} "-march=armv8.2-a+crypto" PARENT_SCOPE)
+  elseif(arch STREQUAL "nvptx64")
+    # NVIDIA GPUs: plain C (not CUDA) for nvptx64, kernels written with <bitship/gpu_kernel.h>.
+    # The bitcode carries no target-cpu; sm_52 is clang 19's default for nvptx and only names
+    # the floor. The agent emits PTX for its own GPU (sm_min(cc, 90)). A kernel that lost its
+    # attribute must not become a silent .func: the attribute ignored or misspelt is an error,
+    # and so is any non-static definition that did not come through BS_GPU_KERNEL (it declares
+    # the kernel first; -Wmissing-prototypes catches a plain definition).
+    set(${out_triple} "nvptx64-nvidia-cuda" PARENT_SCOPE)
+    set(${out_cpu} "sm_52" PARENT_SCOPE)
+    set(${out_flags} ${BITSHIP_NVPTX_KERNEL_FLAGS} PARENT_SCOPE)
   else()
-    message(FATAL_ERROR "bitship_add_kernels: architecture '${arch}' is not supported yet (x86_64, aarch64)")
+    message(FATAL_ERROR "bitship_add_kernels: architecture '${arch}' is not supported yet (x86_64, aarch64, nvptx64)")
   endif()
 endfunction()
 
@@ -80,7 +94,10 @@ function(bitship_add_kernels)
     # Another architecture's slice needs that architecture's C headers: Debian's cross libc
     # (libc6-dev-arm64-cross) when installed, else freestanding (kernel.h alone still works).
     set(_arch_flags ${_baseline})
-    if(NOT arch STREQUAL CMAKE_SYSTEM_PROCESSOR)
+    if(NOT arch STREQUAL "nvptx64") # the GPU has no stack protector to turn off
+      list(APPEND _arch_flags -fno-stack-protector)
+    endif()
+    if(NOT arch STREQUAL CMAKE_SYSTEM_PROCESSOR AND NOT arch STREQUAL "nvptx64")
       if(EXISTS "/usr/${arch}-linux-gnu/include")
         list(APPEND _arch_flags -nostdinc -isystem ${BITSHIP_KERNEL_CLANG_RESOURCE_DIR}/include
                         -isystem /usr/${arch}-linux-gnu/include)
@@ -95,10 +112,10 @@ function(bitship_add_kernels)
       set(_bc "${_out}/${arch}/${_stem}.bc")
       add_custom_command(OUTPUT "${_bc}"
         COMMAND ${CMAKE_COMMAND} -E make_directory "${_out}/${arch}"
-        COMMAND ${BITSHIP_KERNEL_CLANG} --target=${_triple} -O2 -emit-llvm -c -fno-stack-protector
-                -fno-exceptions ${_arch_flags} -I${BITSHIP_KERNEL_INCLUDE_DIR} ${_includes} ${K_COMPILE_OPTIONS}
+        COMMAND ${BITSHIP_KERNEL_CLANG} --target=${_triple} -O2 -emit-llvm -c -fno-exceptions ${_arch_flags} -I${BITSHIP_KERNEL_INCLUDE_DIR} ${_includes} ${K_COMPILE_OPTIONS}
                 -o "${_bc}" "${_abs}"
         DEPENDS "${_abs}" "${BITSHIP_KERNEL_INCLUDE_DIR}/bitship/kernel.h"
+                "${BITSHIP_KERNEL_INCLUDE_DIR}/bitship/gpu_kernel.h"
         COMMENT "bitship: kernel ${src} -> ${arch} bitcode"
         VERBATIM)
       list(APPEND _arch_bcs "${_bc}")
