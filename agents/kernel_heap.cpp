@@ -138,17 +138,15 @@ void* KernelHeap::take_small(unsigned cls) noexcept {
 }
 
 void* KernelHeap::take_large(std::size_t size) noexcept {
-    // `link`: where the current node's offset + 1 is kept (large_free_, or the previous node's
-    // payload, which a read_free check put inside the heap).
-    std::size_t* meta_link = &large_free_;
+    // `heap_link`: where the current node's offset + 1 is kept (the previous node's payload,
+    // which a read_free check put inside the heap), or nullptr for large_free_ itself.
     std::byte* heap_link = nullptr;
     std::size_t next = large_free_;
     for (unsigned steps = 0; next != 0 && steps < kMaxLargeWalk; ++steps) {
         Block b;
         if (!read_free(next - 1, b) || b.cls != kLargeClass) {
             // Corrupt from here on: cut the list.
-            if (heap_link) store64(heap_link, 0);
-            else *meta_link = 0;
+            relink(heap_link, 0);
             return nullptr;
         }
         std::size_t after = load64(begin_ + b.offset + kHeader);
@@ -163,14 +161,18 @@ void* KernelHeap::take_large(std::size_t size) noexcept {
             } else {
                 size = b.size;
             }
-            if (heap_link) store64(heap_link, replacement);
-            else *meta_link = replacement;
+            relink(heap_link, replacement);
             return hand_out(b.offset, size, kLargeClass);
         }
         heap_link = begin_ + b.offset + kHeader;
         next = after;
     }
     return nullptr;
+}
+
+void KernelHeap::relink(std::byte* heap_link, std::size_t value) noexcept {
+    if (heap_link) store64(heap_link, value);
+    else large_free_ = value;
 }
 
 void KernelHeap::lower_top() noexcept {
@@ -183,14 +185,12 @@ void KernelHeap::lower_top() noexcept {
         for (unsigned steps = 0; next != 0 && steps < kMaxLargeWalk; ++steps) {
             Block b;
             if (!read_free(next - 1, b) || b.cls != kLargeClass) {
-                if (heap_link) store64(heap_link, 0);
-                else large_free_ = 0;
+                relink(heap_link, 0);
                 return;
             }
             std::size_t after = load64(begin_ + b.offset + kHeader);
             if (b.offset + b.size == top_) {
-                if (heap_link) store64(heap_link, after);
-                else large_free_ = after;
+                relink(heap_link, after);
                 top_ = b.offset;
                 lowered = true;
                 break;

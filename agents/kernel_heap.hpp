@@ -65,6 +65,9 @@ private:
     /// The header at `offset` (already checked to lie in the heap), if it is a well-formed
     /// header of a live (or free) block.
     [[nodiscard]] bool read_header(std::size_t offset, bool live, Block& out) const noexcept;
+    /// Points a large free-list link at `value`: the one in the heap at `heap_link`, or
+    /// large_free_ when `heap_link` is nullptr (the list's head).
+    void relink(std::byte* heap_link, std::size_t value) noexcept;
     [[nodiscard]] bool plausible(std::size_t offset, std::size_t size) const noexcept;
     void write_header(std::size_t offset, std::size_t size, std::uint32_t cls, bool live) noexcept;
     void* take_small(unsigned cls) noexcept;
