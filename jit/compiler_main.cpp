@@ -13,10 +13,11 @@
 //
 // Test hook: with BITSHIP_COMPILER_TEST_FAULTS=1 in the environment, a bundle one of whose
 // entries is named bitship_test_fault_<kind> makes this process misbehave in that way while
-// compiling it: segv, abort, spin (burns CPU), alloc (exhausts memory), syscall (a forbidden
-// system call), fatal (LLVM's fatal error). Integration tests use it; agents never set it.
+// compiling it: segv, abort, spin (burns CPU), burn (0.4 s of CPU, then compiles on), alloc
+// (exhausts memory), syscall (a forbidden system call), fatal (LLVM's fatal error). Integration tests use it; agents never set it.
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -98,6 +99,16 @@ void misbehave(const std::string& kind) {
     } else if (kind == "spin") {
         std::atomic<std::uint64_t> turns{0};
         for (;;) turns.fetch_add(1, std::memory_order_relaxed);
+    } else if (kind == "burn") {
+        // 400 ms of CPU, then the compile goes on: below a 1 s limit each time, past it in all.
+        auto cpu_ns = [] {
+            timespec t{};
+            ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+            return t.tv_sec * 1'000'000'000LL + t.tv_nsec;
+        };
+        const auto until = cpu_ns() + 400'000'000LL;
+        std::atomic<std::uint64_t> turns{0};
+        while (cpu_ns() < until) turns.fetch_add(1, std::memory_order_relaxed);
     } else if (kind == "alloc") {
         // As LLVM's own allocations do (safe_malloc): a failed malloc is a bad-alloc error.
         constexpr std::size_t kChunk = 64u << 20;

@@ -2,6 +2,7 @@
 #include "compiler_processes.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/resource.h>
@@ -45,6 +46,8 @@ constexpr const char* kProgramName = "bitship-compiler";
 /// looked at meanwhile.
 constexpr auto kFatalExitGrace = std::chrono::milliseconds(1000);
 constexpr auto kExitPoll = std::chrono::milliseconds(1);
+/// How often a compiler's CPU time is looked at while it works.
+constexpr auto kCpuPoll = std::chrono::milliseconds(20);
 
 struct Process {
     pid_t pid = -1;
@@ -212,6 +215,20 @@ struct CompilerProcesses::State {
         return fmt::format("compiler process killed by {}", signal_name(sig));
     }
 
+    /// Waits for `p` to say something (or close its socket), or for `deadline`; false once it
+    /// has used its CPU limit since `cpu_at_start`, looked at every kCpuPoll.
+    bool await_reply(const Process& p, std::chrono::nanoseconds cpu_at_start, Clock::time_point deadline) {
+        for (;;) {
+            pollfd ready{p.fd, POLLIN, 0};
+            const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+            if (left.count() <= 0) return true; // read_frame reports the wall clock
+            const int n = ::poll(&ready, 1, static_cast<int>(std::min(left, kCpuPoll).count()));
+            if (n != 0 && !(n < 0 && errno == EINTR)) return true; // readable, closed, or an error read_frame names
+            auto used = cpu_used(p.pid);
+            if (used && *used - cpu_at_start >= options.cpu_limit) return false;
+        }
+    }
+
     void stop(Process& p) {
         if (p.pid >= 0) (void)reap(p);
     }
@@ -311,28 +328,30 @@ Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bun
     //    byte of it (killed while idle) is replaced and the request sent again, once.
     for (int attempt = 0;; ++attempt) {
         if (auto ready = st.ensure_ready(p); !ready) return tl::make_unexpected(ready.error());
-        // 2. Its CPU limit, counted from what it has used so far.
+        // 2. Its CPU limit counts from what it has used so far (watched in 3, not by RLIMIT_CPU:
+        //    raising a live process's RLIMIT_CPU with prlimit does not move the kernel's
+        //    SIGXCPU, so a long-lived compiler was killed once its lifetime CPU passed the first
+        //    limit set).
         cpu_at_start = cpu_used(p.pid);
-        if (cpu_at_start) {
-            auto soft = std::chrono::ceil<std::chrono::seconds>(*cpu_at_start) + st.options.cpu_limit;
-            rlimit cpu{static_cast<rlim_t>(soft.count()), static_cast<rlim_t>(soft.count() + 1)};
-            if (::prlimit(p.pid, RLIMIT_CPU, &cpu, nullptr) != 0)
-                spdlog::warn("jit: cannot limit the compiler's CPU time: {}", std::strerror(errno));
-        }
         if (proto::write_frame(p.fd, request)) break;
         auto death = st.reap(p);
         if (attempt > 0)
             return fail(Errc::compile_failed, fmt::format("the compiler process would not take slice {} ({})", hex, death));
     }
 
-    // 3. The answer, by the wall-clock deadline.
+    // 3. The answer, by the wall-clock deadline and within the CPU limit.
     const auto wall = std::max(st.options.cpu_limit * kWallPerCpu, st.options.cpu_limit + kWallSlack);
-    auto frame = proto::read_frame(p.fd, proto::kMaxReplyFrame, Clock::now() + wall);
+    const auto deadline = Clock::now() + wall;
     auto died = [&](std::string what) -> Result<CompiledObject> {
         st.restart(p);
         return fail(Errc::compile_failed, fmt::format("{} while compiling slice {} (the compiler was restarted; this slice "
                                                       "is not retried)", what, hex));
     };
+    if (cpu_at_start && !st.await_reply(p, *cpu_at_start, deadline)) {
+        (void)st.reap(p, cpu_at_start, true);
+        return died(fmt::format("compiler exceeded its {} s CPU limit", st.options.cpu_limit.count()));
+    }
+    auto frame = proto::read_frame(p.fd, proto::kMaxReplyFrame, deadline);
     if (!frame) {
         if (frame.error().code == Errc::timeout) {
             (void)st.reap(p, cpu_at_start, true);

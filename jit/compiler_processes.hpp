@@ -3,8 +3,10 @@
 // processes (compiler_main.cpp), each compiling one slice at a time, started at agent start and
 // restarted when one dies. Private to jit/.
 //
-// Per compile: a CPU-time limit (RLIMIT_CPU, set from here before each request, relative to the
-// CPU time the process has used so far), a wall-clock deadline (the process is killed past it),
+// Per compile: a CPU-time limit (the process's CPU clock, read every 20 ms while the agent waits,
+// relative to what it had used before the request; the process is killed past it. Not
+// RLIMIT_CPU: raising it on a live process does not move the kernel's SIGXCPU, so a
+// long-lived compiler died once its lifetime CPU passed the first limit), a wall-clock deadline (the process is killed past it),
 // and an address-space limit (RLIMIT_AS: the process's size after start-up plus a budget). What
 // stops a compiler becomes compile_failed for the one caller whose slice it was compiling,
 // naming what happened ("compiler process killed by SIGSEGV while compiling slice 3fa2…"); that

@@ -187,6 +187,26 @@ TEST_CASE("a compile that overruns its CPU limit fails with compile_failed namin
     agent_still_serves(agent);
 }
 
+TEST_CASE("the CPU limit is per compile: a compiler whose lifetime CPU passes it many times over keeps compiling",
+          "[integration]") {
+    // Each compile burns 0.4 s of CPU in the one compiler, under the 1 s limit; together 3.2 s.
+    AgentProcess agent(with_test_faults(), "tcp", {"--compiler-processes", "1", "--compiler-cpu-s", "1", "--jit-tiers", "1"});
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    const auto compilers = children_of(agent.pid());
+    REQUIRE(compilers.size() == 1);
+    for (int v = 12; v <= 19; ++v) {
+        auto r = ship_fault(client, *target, "burn", v).get();
+        INFO("variant " << v << ": " << (r ? std::string("ok") : r.error().describe()) << "\n" << agent.log());
+        // The entry the hook asks for is not in the module: an ordinary failure of this slice.
+        REQUIRE_FALSE(r);
+        CHECK_THAT(r.error().message, !Catch::Contains("CPU limit") && !Catch::Contains("restarted"));
+    }
+    CHECK(children_of(agent.pid()) == compilers);
+    agent_still_serves(agent);
+}
+
 TEST_CASE("a compile that exhausts its address space fails with compile_failed naming the limit", "[integration]") {
     AgentProcess agent(with_test_faults(), "tcp", {"--compiler-memory-mib", "256"});
     auto client = make_client();
