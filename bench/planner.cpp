@@ -1,0 +1,451 @@
+// planner: the placement planner against an oracle. For every operation (chase, reduce,
+// filter, lookup) the planner is given its size range and calibrates (or reads its wisdom);
+// then, at sizes over seven octaves around each predicted crossover, with the code cold or
+// cached, the agents idle or busy (a background client keeping their workers busy), over TCP
+// and shared memory, on 1 and 4 agents, every strategy is run forced (the oracle is the
+// fastest median) and the planner's own choice is run. Printed, written as CSV, plotted per op.
+//
+// Judged (the targets): the choice within 1.05× of the oracle at ≥ 95% of points;
+// regret (chosen ÷ oracle) geometric mean ≤ 1.03, worst ≤ 1.5; predicted crossovers within half
+// an octave of measured ones; median model error ≤ 25% per strategy; choose() ≤ 100 ns.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <bitship/client.hpp>
+#include <planner_load_kernels.hpp>
+
+#include "chase_op.hpp"
+#include "filter.hpp"
+#include "hash_lookup.hpp"
+#include "launcher.hpp"
+#include "planner.hpp"
+#include "reduce.hpp"
+#include "stats.hpp"
+
+namespace {
+
+using namespace bitship;
+using namespace bitship::xrdma;
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+    std::vector<std::string> ops{"chase", "reduce", "filter", "lookup"};
+    std::vector<std::string> transports{"tcp", "shm"};
+    std::vector<unsigned> agent_counts{1, 4};
+    std::vector<std::string> codes{"cached", "cold"};
+    std::vector<std::string> loads{"idle", "busy"};
+    int reps = 7;
+    int cold_reps = 3;
+    int octaves = 3; ///< each side of a crossover
+    std::uint64_t burn_turns = 200'000;
+    std::string csv = "planner.csv";
+    std::string png_prefix;
+    std::string wisdom;
+};
+
+constexpr std::uint64_t kChaseNodes = 1u << 14;
+constexpr std::uint64_t kArrayItems = 1u << 18;
+constexpr std::uint64_t kBuckets = 64;
+constexpr std::uint32_t kChain = 256;
+constexpr double kSelectivity = 0.1;
+constexpr std::uint64_t kSeed = 7;
+
+struct OpSpec {
+    std::string name;
+    Boundaries bounds;
+};
+
+std::vector<OpSpec> op_specs() {
+    return {{"chase", {1, 4096}}, {"reduce", {1, kArrayItems}}, {"filter", {1, kArrayItems}}, {"lookup", {1, kChain}}};
+}
+
+std::vector<std::string> agent_args(unsigned workers) {
+    return {"--region", fmt::format("chase={}", kChaseNodes * 16), "--region", fmt::format("array={}", kArrayItems * 8),
+            "--region", fmt::format("hash={}", HashTable::region_bytes(kBuckets, kChain)), "--workers", std::to_string(workers),
+            "--log-level", "warn"};
+}
+
+Client make_client(Transport t) {
+    ClientOptions o;
+    o.transport = t;
+    o.loopback_only = true;
+    o.call_timeout = std::chrono::minutes(2);
+    auto c = Client::create(o);
+    if (!c) throw std::runtime_error(c.error().describe());
+    return std::move(*c);
+}
+
+Result<std::unique_ptr<Op>> make_op(const std::string& name, Client& client, const std::vector<Target>& agents) {
+    auto up = [](auto r) -> Result<std::unique_ptr<Op>> {
+        if (!r) return tl::make_unexpected(r.error());
+        return std::unique_ptr<Op>(std::move(*r));
+    };
+    if (name == "chase") return up(ChaseOp::create(client, agents, kChaseNodes, kSeed));
+    if (name == "reduce") return up(ReduceOp::create(client, agents, ReduceKind::sum, kArrayItems / agents.size(), kSeed));
+    if (name == "filter") return up(FilterOp::create(client, agents, kSelectivity, kArrayItems / agents.size(), kSeed));
+    if (name == "lookup") return up(HashLookupOp::create(client, agents, kBuckets, kChain, kSeed));
+    return fail(Errc::invalid_argument, fmt::format("unknown op '{}'", name));
+}
+
+/// A second client keeping every agent's workers busy with `burn` calls, one in flight each
+/// per worker, until stopped.
+class BackgroundLoad {
+public:
+    BackgroundLoad(Transport t, const std::vector<std::string>& addresses, unsigned per_agent, std::uint64_t turns) {
+        thread_ = std::thread([=, this] {
+            auto client = make_client(t);
+            std::vector<Target> targets;
+            for (const auto& a : addresses)
+                if (auto tg = client.connect(a)) targets.push_back(*tg);
+            std::vector<Future> inflight;
+            while (!stop_.load(std::memory_order_relaxed)) {
+                inflight.clear();
+                for (const auto& tg : targets)
+                    for (unsigned i = 0; i < per_agent; ++i) inflight.push_back(client.ship(planner_load_kernels::burn, tg, turns));
+                for (auto& f : inflight) (void)f.get();
+                calls_ += inflight.size();
+            }
+        });
+    }
+    ~BackgroundLoad() {
+        stop_ = true;
+        thread_.join();
+    }
+    [[nodiscard]] std::uint64_t calls() const { return calls_.load(); }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::atomic<std::uint64_t> calls_{0};
+    std::thread thread_;
+};
+
+struct Point {
+    std::string op, transport, code, load;
+    unsigned agents = 0;
+    std::uint64_t size = 0;
+    std::map<Strategy, bench::Summary> forced;
+    std::map<Strategy, double> predicted_ns; ///< at no load, by the planner's model
+    bench::Summary planned;
+    std::map<Strategy, int> choices;
+    Strategy oracle = Strategy::get;
+    Strategy choice = Strategy::get; ///< the planner's most frequent choice
+    double regret = 1;               ///< forced median of the choice ÷ the oracle's
+    double planned_regret = 1;       ///< the planner's own runs ÷ the oracle's
+    std::uint64_t crossover = 0;     ///< the first predicted crossover of its row (0: none)
+};
+
+double run_us(Planner& planner, Op& op, std::uint64_t size, Strategy s) {
+    auto r = planner.run_as(op, size, s);
+    if (!r) throw std::runtime_error(fmt::format("{} by {} at {}: {}", op.name(), to_string(s), size, r.error().describe()));
+    if (r->first != op.expected(size))
+        throw std::runtime_error(fmt::format("WRONG ANSWER: {} by {} at {}", op.name(), to_string(s), size));
+    return std::chrono::duration<double, std::micro>(r->second).count();
+}
+
+Result<void> evict(Client& client, const std::vector<Target>& agents, const Op& op) {
+    auto view = BundleView::parse(op.kernel().bundle());
+    if (!view) return tl::make_unexpected(view.error());
+    auto slice = view->find_slice(agents.front().info().triple);
+    if (!slice) return fail(Errc::no_matching_slice, "no slice for the agents");
+    const auto& h = view->slices[*slice].hash;
+    Bytes payload(h.size());
+    std::memcpy(payload.data(), h.data(), h.size());
+    for (const auto& a : agents)
+        if (auto r = client.control(a, 19 /* CACHE_EVICT */, payload); !r) return tl::make_unexpected(r.error());
+    return {};
+}
+
+/// Sizes over `octaves` octaves each side of every crossover of `bp` (or across the range
+/// when it has none), one per octave, within the range.
+std::vector<std::uint64_t> grid_sizes(const Breakpoints& bp, int octaves) {
+    std::set<std::uint64_t> sizes;
+    std::vector<std::uint64_t> centres;
+    for (std::size_t i = 1; i < bp.segments().size(); ++i) centres.push_back(bp.segments()[i].from);
+    if (centres.empty()) {
+        for (double s = static_cast<double>(bp.lo()); s <= static_cast<double>(bp.hi()); s *= 4) sizes.insert(std::uint64_t(s));
+        sizes.insert(bp.hi());
+    }
+    for (auto c : centres)
+        for (int k = -octaves; k <= octaves; ++k) {
+            const double s = std::ldexp(static_cast<double>(c), k);
+            sizes.insert(std::clamp<std::uint64_t>(std::uint64_t(std::llround(s)), bp.lo(), bp.hi()));
+        }
+    return {sizes.begin(), sizes.end()};
+}
+
+/// Where the fastest of `a` and `b` changes, from measured medians along sizes (geometric
+/// interpolation of the ratio between the two grid points it falls between); nullopt if it
+/// does not change, or changes more than once.
+std::optional<double> measured_crossover(const std::vector<Point*>& row, Strategy a, Strategy b) {
+    std::optional<double> found;
+    for (std::size_t i = 1; i < row.size(); ++i) {
+        auto r = [&](const Point* p) { return std::log(p->forced.at(a).median / p->forced.at(b).median); };
+        const double r0 = r(row[i - 1]), r1 = r(row[i]);
+        if ((r0 < 0) == (r1 < 0)) continue;
+        if (found) return std::nullopt;
+        const double l0 = std::log2(double(row[i - 1]->size)), l1 = std::log2(double(row[i]->size));
+        found = std::exp2(l0 + (l1 - l0) * (r0 / (r0 - r1)));
+    }
+    return found;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    CLI::App app{"The placement planner against an oracle (every strategy forced) over a grid"};
+    Config cfg;
+    bool quick = false;
+    app.add_option("--op", cfg.ops, "operations: chase, reduce, filter, lookup")->capture_default_str();
+    app.add_option("--transport", cfg.transports, "tcp, shm")->capture_default_str();
+    app.add_option("--agents", cfg.agent_counts, "agent counts")->capture_default_str();
+    app.add_option("--code", cfg.codes, "cached, cold")->capture_default_str();
+    app.add_option("--load", cfg.loads, "idle, busy")->capture_default_str();
+    app.add_option("--reps", cfg.reps, "timed runs per strategy per point (cached code)")->capture_default_str();
+    app.add_option("--cold-reps", cfg.cold_reps, "timed runs per strategy per point (cold code)")->capture_default_str();
+    app.add_option("--octaves", cfg.octaves, "octaves each side of a crossover")->capture_default_str();
+    app.add_option("--burn-turns", cfg.burn_turns, "the background load's kernel length (multiply-adds)")->capture_default_str();
+    app.add_option("--csv", cfg.csv, "write the grid here")->capture_default_str();
+    app.add_option("--png", cfg.png_prefix, "plot each op to PREFIX-<op>.png (bench/plot_planner.sh, gnuplot)");
+    app.add_option("--wisdom", cfg.wisdom, "the planner's wisdom file (default: a fresh one in a temporary directory)");
+    app.add_flag("--quick", quick, "tcp only, 1 agent, cached and idle, 3 reps (a smoke run)");
+    CLI11_PARSE(app, argc, argv);
+    if (quick) {
+        cfg.transports = {"tcp"};
+        cfg.agent_counts = {1};
+        cfg.codes = {"cached"};
+        cfg.loads = {"idle"};
+        cfg.reps = 3;
+        cfg.octaves = 2;
+    }
+    const auto tmp = launch::make_temp_dir("bitship-planner-");
+    if (cfg.wisdom.empty()) cfg.wisdom = (tmp / "planner.wisdom").string();
+    fmt::print("planner: {} | ops {} | transports {} | agents {} | code {} | load {}\n"
+               "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
+               "  busy = a second client keeps every worker running a {}-turn kernel; agents: 1 worker each;\n"
+               "  every answer checked against the op's own; wisdom {}\n\n",
+               bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
+               fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves, cfg.burn_turns, cfg.wisdom);
+    fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10} {:>10} {:>10} | {:>10} {:<7} {:<7} {:>6}\n", "op", "tl", "n", "code",
+               "load", "size", "get us", "native us", "xrdma us", "planner us", "oracle", "choice", "regret");
+
+    std::vector<Point> points;
+    struct Crossover {
+        std::string op, transport;
+        unsigned agents;
+        std::string code;
+        Strategy a, b;
+        double predicted;
+        std::optional<double> measured;
+    };
+    std::vector<Crossover> crossovers;
+    std::vector<double> choose_ns;
+    const std::vector<Strategy> all{Strategy::get, Strategy::native, Strategy::xrdma};
+
+    try {
+        for (const auto& tl : cfg.transports) {
+            const auto transport = *parse_transport(tl);
+            for (unsigned n : cfg.agent_counts) {
+                std::vector<std::unique_ptr<launch::AgentProcess>> procs;
+                std::vector<std::string> addresses;
+                for (unsigned i = 0; i < n; ++i) {
+                    procs.push_back(std::make_unique<launch::AgentProcess>(tl, agent_args(1)));
+                    addresses.push_back(procs.back()->address());
+                }
+                auto client = make_client(transport);
+                std::vector<Target> agents;
+                for (const auto& a : addresses) {
+                    auto t = client.connect(a);
+                    if (!t) throw std::runtime_error(t.error().describe());
+                    agents.push_back(*t);
+                }
+                PlannerOptions po;
+                po.wisdom = cfg.wisdom;
+                auto planner = Planner::open(client, agents, po);
+                if (!planner) throw std::runtime_error(planner.error().describe());
+                const auto& lk = planner->link();
+                fmt::print("-- {} × {}: link rtt {}, GET {} + {:.3g} ns/B{}\n", tl, n, format_ns(lk.rtt_ns), format_ns(lk.get_ns),
+                           lk.get_ns_per_byte, lk.mapped ? " (mapped)" : "");
+                for (const auto& spec : op_specs()) {
+                    if (std::find(cfg.ops.begin(), cfg.ops.end(), spec.name) == cfg.ops.end()) continue;
+                    auto op = make_op(spec.name, client, agents);
+                    if (!op) throw std::runtime_error(op.error().describe());
+                    Op& o = **op;
+                    auto bounds = spec.bounds;
+                    bounds.max_size = std::min(bounds.max_size, o.max_size());
+                    if (auto a = planner->add(o, bounds); !a) throw std::runtime_error(a.error().describe());
+                    const auto* entry = planner->entry(o);
+                    {
+                        // The run-time choice alone, over the whole range: a batch timed at once.
+                        constexpr int kChooses = 200'000;
+                        unsigned sink = 0;
+                        const auto t0 = Clock::now();
+                        for (int i = 0; i < kChooses; ++i)
+                            sink += static_cast<unsigned>(planner->choose(o, bounds.min_size + (std::uint64_t(i) * 7919) % bounds.max_size));
+                        choose_ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kChooses);
+                        if (sink == ~0u) fmt::print(" ");
+                    }
+                    for (const auto& code : cfg.codes) {
+                        const bool cold = code == "cold";
+                        const auto& bp = cold ? entry->cold : entry->cached;
+                        std::string segs;
+                        for (const auto& s : bp.segments()) segs += fmt::format(" {}+:{}", s.from, to_string(s.strategy));
+                        fmt::print("   {} {} breakpoints:{}\n", spec.name, code, segs);
+                        for (std::size_t i = 1; i < bp.segments().size(); ++i)
+                            crossovers.push_back({spec.name, tl, n, code, bp.segments()[i - 1].strategy, bp.segments()[i].strategy,
+                                                  double(bp.segments()[i].from), std::nullopt});
+                        const auto sizes = grid_sizes(bp, cfg.octaves);
+                        for (const auto& load : cfg.loads) {
+                            std::unique_ptr<BackgroundLoad> bg;
+                            if (load == "busy") {
+                                bg = std::make_unique<BackgroundLoad>(transport, addresses, 1, cfg.burn_turns);
+                                std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                            }
+                            const int reps = cold ? cfg.cold_reps : cfg.reps;
+                            for (auto size : sizes) {
+                                Point p{spec.name, tl, code, load, n, size};
+                                p.crossover = bp.segments().size() > 1 ? bp.segments()[1].from : 0;
+                                std::map<Strategy, std::vector<double>> samples;
+                                std::vector<double> planned;
+                                for (int r = 0; r < reps; ++r) {
+                                    // Turns: every strategy, then the planner, so all see the same machine.
+                                    for (auto s : all) {
+                                        if (cold && s == Strategy::xrdma) {
+                                            if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
+                                        }
+                                        samples[s].push_back(run_us(*planner, o, size, s));
+                                    }
+                                    if (cold) {
+                                        if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
+                                        planner->code_evicted(o);
+                                    }
+                                    Plan plan;
+                                    const auto t1 = Clock::now();
+                                    auto answer = planner->run(o, size, &plan);
+                                    planned.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
+                                    if (!answer || *answer != o.expected(size))
+                                        throw std::runtime_error(fmt::format("planner run of {} at {} failed", spec.name, size));
+                                    ++p.choices[plan.choice];
+                                    if (r == 0) {
+                                        const auto work = o.work(size);
+                                        for (auto s : all)
+                                            p.predicted_ns[s] = estimate_ns(entry->model, s, work, !cold);
+                                    }
+                                }
+                                for (auto s : all) p.forced[s] = bench::summarise(samples[s]);
+                                p.planned = bench::summarise(planned);
+                                p.oracle = *std::min_element(all.begin(), all.end(), [&](Strategy a, Strategy b) {
+                                    return p.forced[a].median < p.forced[b].median;
+                                });
+                                p.choice = std::max_element(p.choices.begin(), p.choices.end(),
+                                                            [](const auto& a, const auto& b) { return a.second < b.second; })->first;
+                                p.regret = p.forced[p.choice].median / p.forced[p.oracle].median;
+                                p.planned_regret = p.planned.median / p.forced[p.oracle].median;
+                                fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10.1f} {:>10.1f} {:>10.1f} | {:>10.1f} {:<7} {:<7} {:>6.3f}\n",
+                                           p.op, p.transport, p.agents, p.code, p.load, p.size, p.forced[Strategy::get].median,
+                                           p.forced[Strategy::native].median, p.forced[Strategy::xrdma].median, p.planned.median,
+                                           to_string(p.oracle), to_string(p.choice), p.regret);
+                                points.push_back(std::move(p));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "planner: {}\n", e.what());
+        return 1;
+    }
+
+    // Measured crossovers: along each (op, transport, agents, code) row at idle load.
+    for (auto& c : crossovers) {
+        std::vector<Point*> row;
+        for (auto& p : points)
+            if (p.op == c.op && p.transport == c.transport && p.agents == c.agents && p.code == c.code && p.load == "idle")
+                row.push_back(&p);
+        std::sort(row.begin(), row.end(), [](const Point* a, const Point* b) { return a->size < b->size; });
+        if (row.size() >= 2) c.measured = measured_crossover(row, c.a, c.b);
+    }
+
+    // The CSV: one row per point and strategy (forced), and the planner's.
+    std::vector<bench::Row> rows;
+    for (const auto& p : points) {
+        auto labels = [&](const std::string& strategy) {
+            return std::vector<std::pair<std::string, std::string>>{
+                {"op", p.op}, {"transport", p.transport}, {"agents", std::to_string(p.agents)}, {"code", p.code},
+                {"load", p.load}, {"size", std::to_string(p.size)}, {"strategy", strategy}};
+        };
+        for (const auto& [s, sum] : p.forced)
+            rows.push_back({labels(std::string(to_string(s))), sum,
+                            {{"predicted_us", p.predicted_ns.at(s) / 1e3}, {"oracle", s == p.oracle ? 1.0 : 0.0},
+                             {"chosen", s == p.choice ? 1.0 : 0.0}, {"regret", sum.median / p.forced.at(p.oracle).median},
+                             {"crossover", double(p.crossover)}}});
+        rows.push_back({labels("planner"), p.planned,
+                        {{"predicted_us", p.predicted_ns.at(p.choice) / 1e3}, {"oracle", 0.0}, {"chosen", 0.0},
+                         {"regret", p.planned_regret}, {"crossover", double(p.crossover)}}});
+    }
+    bench::write_csv(cfg.csv, rows);
+
+    // The verdict.
+    std::size_t within = 0;
+    double log_sum = 0, worst = 1, planned_log_sum = 0, planned_worst = 1;
+    for (const auto& p : points) {
+        within += p.regret <= 1.05;
+        log_sum += std::log(p.regret);
+        worst = std::max(worst, p.regret);
+        planned_log_sum += std::log(p.planned_regret);
+        planned_worst = std::max(planned_worst, p.planned_regret);
+    }
+    const double np = std::max<double>(points.size(), 1);
+    fmt::print("\n{} points\n", points.size());
+    fmt::print("decision accuracy: {:.1f}% of points within 1.05× of the oracle (target ≥ 95%)\n", 100.0 * within / np);
+    fmt::print("regret (forced median of the choice ÷ oracle): geometric mean {:.3f} (target ≤ 1.03), worst {:.3f} (≤ 1.5)\n",
+               std::exp(log_sum / np), worst);
+    fmt::print("regret (the planner's own runs ÷ oracle):      geometric mean {:.3f}, worst {:.3f}\n", std::exp(planned_log_sum / np),
+               planned_worst);
+    for (auto s : all) {
+        std::vector<double> errs;
+        for (const auto& p : points)
+            if (p.load == "idle") errs.push_back(std::abs(p.predicted_ns.at(s) / 1e3 - p.forced.at(s).median) / p.forced.at(s).median);
+        std::sort(errs.begin(), errs.end());
+        if (!errs.empty())
+            fmt::print("model error {:<6}: median {:.1f}% (target ≤ 25%), p90 {:.1f}% over {} idle points\n", to_string(s),
+                       100 * errs[errs.size() / 2], 100 * errs[errs.size() * 9 / 10], errs.size());
+    }
+    for (const auto& c : crossovers) {
+        if (c.measured)
+            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, measured {:.1f}: {:.2f} octaves (target ≤ 0.5)\n", c.op,
+                       c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted, *c.measured,
+                       std::abs(std::log2(c.predicted / *c.measured)));
+        else
+            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, not seen once in the measured grid\n", c.op, c.transport,
+                       c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted);
+    }
+    if (!choose_ns.empty()) {
+        std::sort(choose_ns.begin(), choose_ns.end());
+        fmt::print("choose(): {:.1f} ns a call (median of {} batches of 200,000; worst batch {:.1f} ns; target ≤ 100 ns)\n",
+                   choose_ns[choose_ns.size() / 2], choose_ns.size(), choose_ns.back());
+    }
+    fmt::print("wrote {}\n", cfg.csv);
+    if (!cfg.png_prefix.empty()) {
+        for (const auto& op : cfg.ops) {
+            const auto cmd = fmt::format("bash {}/plot_planner.sh {} {} {}-{}.png", BITSHIP_BENCH_DIR, cfg.csv, op, cfg.png_prefix, op);
+            if (std::system(cmd.c_str()) != 0) fmt::print(stderr, "planner: plotting {} failed\n", op);
+            else fmt::print("wrote {}-{}.png\n", cfg.png_prefix, op);
+        }
+    }
+    std::filesystem::remove_all(tmp);
+    return 0;
+}

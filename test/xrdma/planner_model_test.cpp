@@ -1,0 +1,136 @@
+// The planner's pieces that need no agent: fitting the cost model to timed runs, working out
+// breakpoints from it, and keeping them in the wisdom file.
+
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+
+#include <xrdma_kernels.hpp>
+
+#include "breakpoints.hpp"
+#include "cost_model.hpp"
+#include "launcher.hpp"
+#include "wisdom.hpp"
+
+using namespace bitship;
+using namespace bitship::xrdma;
+
+namespace {
+
+/// A walk of `size` hops: one GET per hop, one unit per hop at the agent. Never run here.
+class WalkShape final : public Op {
+public:
+    std::string_view name() const noexcept override { return "walk"; }
+    std::string_view size_name() const noexcept override { return "depth"; }
+    std::uint64_t max_size() const noexcept override { return 1u << 20; }
+    const Kernel& kernel() const noexcept override { return xrdma_kernels::chase; }
+    OpWork work(std::uint64_t size) const override { return {size, 16 * size, size, 0, 16, 1}; }
+    Future start(Strategy, std::uint64_t) override { return {}; }
+    Bytes expected(std::uint64_t) const override { return {}; }
+};
+
+OpModel tcp_like() {
+    OpModel m;
+    m.link = {20'000, 25'000, 0.1, 0, false};
+    m.fits[index_of(Strategy::get)] = {500, 0, true};
+    m.fits[index_of(Strategy::native)] = {3'000, 10, true};
+    m.fits[index_of(Strategy::xrdma)] = {4'000, 12, true};
+    m.cold_ns = 3'000'000;
+    return m;
+}
+
+} // namespace
+
+TEST_CASE("a fit recovers the per-unit and fixed costs of timed runs beyond the link's own terms", "[unit]") {
+    WalkShape op;
+    const auto model = tcp_like();
+    std::vector<Sample> samples;
+    for (std::uint64_t size : {1, 4, 16, 64, 256, 1024})
+        samples.push_back({size, estimate_ns(model, Strategy::xrdma, op.work(size), true)});
+    auto f = fit(op, model.link, Strategy::xrdma, samples);
+    CHECK(f.fitted);
+    CHECK(f.per_unit_ns == Approx(12).epsilon(1e-6));
+    CHECK(f.fixed_ns == Approx(4'000).epsilon(1e-6));
+    // GET: the link's latency per hop is the whole slope; what is left is fixed.
+    samples.clear();
+    for (std::uint64_t size : {1, 8, 64, 512})
+        samples.push_back({size, estimate_ns(model, Strategy::get, op.work(size), true)});
+    f = fit(op, model.link, Strategy::get, samples);
+    CHECK(f.per_unit_ns == Approx(0).margin(1e-6));
+    CHECK(f.fixed_ns == Approx(500).epsilon(1e-6));
+}
+
+TEST_CASE("breakpoints sit where the cheapest strategy changes, cold code moving them up", "[unit]") {
+    WalkShape op;
+    const auto model = tcp_like();
+    const std::vector<Strategy> ship_or_get{Strategy::get, Strategy::xrdma};
+    auto cached = Breakpoints::compute(model, op, 1, 4096, true, ship_or_get);
+    // get: 25 µs × d + 1.6 ns × d + 0.5 µs; xrdma: 20 µs + 1.6 ns + 4 µs + 12 ns × d → d = 1 is get, 2 on ship.
+    REQUIRE(cached.segments().size() == 2);
+    CHECK(cached.segments()[0] == Breakpoints::Segment{1, Strategy::get});
+    CHECK(cached.segments()[1].strategy == Strategy::xrdma);
+    const auto b = cached.segments()[1].from;
+    auto ns = [&](Strategy s, std::uint64_t d, bool c) { return estimate_ns(model, s, op.work(d), c); };
+    CHECK(ns(Strategy::xrdma, b, true) < ns(Strategy::get, b, true));
+    CHECK(ns(Strategy::xrdma, b - 1, true) >= ns(Strategy::get, b - 1, true));
+    CHECK(cached.at(4096) == Strategy::xrdma);
+    CHECK(cached.at(1) == Strategy::get);
+    auto cold = Breakpoints::compute(model, op, 1, 4096, false, ship_or_get);
+    REQUIRE(cold.segments().size() == 2);
+    CHECK(cold.segments()[1].from > 100); // 3 ms of code to amortise at 25 µs a hop
+    CHECK(ns(Strategy::xrdma, cold.segments()[1].from, false) < ns(Strategy::get, cold.segments()[1].from, false));
+    CHECK(ns(Strategy::xrdma, cold.segments()[1].from - 1, false) >= ns(Strategy::get, cold.segments()[1].from - 1, false));
+}
+
+TEST_CASE("wisdom written to a file reads back the same, and lines that do not parse are skipped", "[unit]") {
+    WalkShape op;
+    const auto dir = launch::make_temp_dir("bitship-wisdom-");
+    const auto path = dir / "sub" / "planner.wisdom";
+    const std::vector<Strategy> all{kAllStrategies.begin(), kAllStrategies.end()};
+    WisdomEntry e{tcp_like(), {}, {}};
+    e.cached = Breakpoints::compute(e.model, op, 1, 4096, true, all);
+    e.cold = Breakpoints::compute(e.model, op, 1, 4096, false, all);
+    {
+        auto w = Wisdom::load(path);
+        REQUIRE(w);
+        CHECK(w->size() == 0);
+        w->put("walk@127.0.0.1:1#00ff", e);
+        REQUIRE(w->save());
+    }
+    {
+        std::ofstream out(path, std::ios::app);
+        out << "walk@x link 1 2 3\n"                                     // cut short
+            << "walk@y link nan 1 1 0 fit get 0 0 1 native 0 0 1 xrdma 0 0 1 cold_ns 0 range 1 2 cached 1 1:get cold 1 1:get\n"
+            << "walk@z link 1 1 1 0 fit get 0 0 1 native 0 0 1 xrdma 0 0 1 cold_ns 0 range 1 2 cached 1 1:teleport cold 1 1:get\n";
+    }
+    auto w = Wisdom::load(path);
+    REQUIRE(w);
+    CHECK(w->size() == 1);
+    CHECK(w->skipped() == 3);
+    const auto* back = w->find("walk@127.0.0.1:1#00ff");
+    REQUIRE(back != nullptr);
+    CHECK(back->cached == e.cached);
+    CHECK(back->cold == e.cold);
+    CHECK(back->model.link.rtt_ns == e.model.link.rtt_ns);
+    CHECK(back->model.fits[index_of(Strategy::xrdma)].per_unit_ns == e.model.fits[index_of(Strategy::xrdma)].per_unit_ns);
+    CHECK(back->model.cold_ns == e.model.cold_ns);
+
+    std::ofstream(dir / "other") << "not wisdom\n";
+    auto other = Wisdom::load(dir / "other");
+    REQUIRE_FALSE(other);
+    CHECK(other.error().code == Errc::invalid_argument);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a link matches kept wisdom within the drift fraction and not past it", "[unit]") {
+    LinkFigures then{20'000, 25'000, 0.1, 0, false};
+    auto now = then;
+    now.rtt_ns *= 1.3;
+    CHECK(link_matches(then, now, 0.5));
+    now.rtt_ns = then.rtt_ns / 10; // shared memory where TCP was
+    CHECK_FALSE(link_matches(then, now, 0.5));
+    now = then;
+    now.mapped = true;
+    CHECK_FALSE(link_matches(then, now, 0.5));
+}

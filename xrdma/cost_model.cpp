@@ -1,0 +1,93 @@
+#include "cost_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+namespace bitship::xrdma {
+
+double serial_units(const OpWork& work) noexcept {
+    const bool fan_out = work.forwards == 0 && work.agents_touched > 1;
+    const auto units = static_cast<double>(work.remote_units);
+    return fan_out ? std::ceil(units / work.agents_touched) : units;
+}
+
+double link_ns(const LinkFigures& link, Strategy s, const OpWork& work) noexcept {
+    if (s == Strategy::get)
+        return static_cast<double>(work.dependent_gets) * link.get_ns + static_cast<double>(work.get_bytes) * link.get_ns_per_byte;
+    return link.rtt_ns + static_cast<double>(work.result_bytes) * link.get_ns_per_byte;
+}
+
+namespace {
+
+double units_of(Strategy s, const OpWork& work) noexcept {
+    return s == Strategy::get ? static_cast<double>(work.remote_units) : serial_units(work);
+}
+
+double cold_extra(const OpModel& model, Strategy s, const OpWork& work, bool cached) noexcept {
+    if (s != Strategy::xrdma || cached) return 0;
+    const bool walk = work.forwards > 0;
+    return model.cold_ns * (walk ? std::max<std::uint32_t>(work.agents_touched, 1) : 1);
+}
+
+} // namespace
+
+double estimate_ns(const OpModel& model, Strategy s, const OpWork& work, bool cached, double queue_wait_ns) noexcept {
+    const auto& f = model.fits[index_of(s)];
+    double ns = link_ns(model.link, s, work) + f.fixed_ns + units_of(s, work) * f.per_unit_ns + cold_extra(model, s, work, cached);
+    if (s != Strategy::get) ns += queue_wait_ns;
+    return std::max(ns, 0.0);
+}
+
+std::string format_ns(double ns) {
+    if (ns >= 1e9) return fmt::format("{:.3g} s", ns / 1e9);
+    if (ns >= 1e6) return fmt::format("{:.3g} ms", ns / 1e6);
+    if (ns >= 1e3) return fmt::format("{:.3g} µs", ns / 1e3);
+    return fmt::format("{:.3g} ns", ns);
+}
+
+Estimate explain(const OpModel& model, Strategy s, const OpWork& work, bool cached, double queue_wait_ns) {
+    Estimate e{s, estimate_ns(model, s, work, cached, queue_wait_ns), {}};
+    const auto& f = model.fits[index_of(s)];
+    const auto units = static_cast<std::uint64_t>(units_of(s, work));
+    if (s == Strategy::get) {
+        e.terms = fmt::format("{} × {}", work.dependent_gets, format_ns(model.link.get_ns));
+        if (work.get_bytes > 0 && model.link.get_ns_per_byte > 0)
+            e.terms += fmt::format(" + {} B × {:.3g} ns/B", work.get_bytes, model.link.get_ns_per_byte);
+        if (f.per_unit_ns > 0.05) e.terms += fmt::format(" + {} × {} here", units, format_ns(f.per_unit_ns));
+        return e;
+    }
+    e.terms = fmt::format("{}rtt {} + {} × {}", s == Strategy::xrdma ? (cached ? "cached; " : "cold; ") : "",
+                          format_ns(model.link.rtt_ns), units, format_ns(f.per_unit_ns));
+    if (const double cold = cold_extra(model, s, work, cached); cold > 0) e.terms += fmt::format(" + code {}", format_ns(cold));
+    if (queue_wait_ns > 0) e.terms += fmt::format(" + queue {}", format_ns(queue_wait_ns));
+    return e;
+}
+
+StrategyFit fit(const Op& op, const LinkFigures& link, Strategy s, std::span<const Sample> samples) {
+    // Weighted by 1/time²: the line is judged by its relative error, so the short runs near a
+    // crossover count as much as the long ones.
+    StrategyFit out;
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& smp : samples) {
+        if (!(smp.ns > 0)) continue;
+        const auto work = op.work(smp.size);
+        const double w = 1.0 / (smp.ns * smp.ns);
+        const double x = units_of(s, work);
+        const double y = smp.ns - link_ns(link, s, work);
+        sw += w;
+        sx += w * x;
+        sy += w * y;
+        sxx += w * x * x;
+        sxy += w * x * y;
+    }
+    if (sw == 0) return out;
+    const double var = sxx - sx * sx / sw;
+    if (var > 1e-12 * sxx) out.per_unit_ns = std::max(0.0, (sxy - sx * sy / sw) / var);
+    out.fixed_ns = (sy - out.per_unit_ns * sx) / sw;
+    out.fitted = true;
+    return out;
+}
+
+} // namespace bitship::xrdma

@@ -1,0 +1,402 @@
+#include "planner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <bitship/bundle.hpp>
+
+namespace bitship::xrdma {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::size_t kSamplesKept = 64;
+/// A strategy whose run took longer than this stops going to larger sizes in calibration (the
+/// fit extrapolates).
+constexpr auto kCalibrationRunLimit = std::chrono::milliseconds(400);
+/// How long calibration waits for the agents' optimised (tier-1) code after a compile.
+constexpr auto kTierUpWait = std::chrono::seconds(5);
+constexpr auto kTierUpPoll = std::chrono::milliseconds(5);
+constexpr std::uint8_t kCacheEvictType = 19; // wire::Type::cache_evict
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+} // namespace
+
+double Plan::estimate_of(Strategy s) const noexcept {
+    for (const auto& e : estimates)
+        if (e.strategy == s) return e.ns;
+    return 0;
+}
+
+struct Planner::Impl {
+    struct OpState {
+        Op* op = nullptr;
+        std::string key;
+        std::string label;
+        Boundaries bounds;
+        WisdomEntry entry;
+        bool cached = false;
+        std::array<std::vector<Sample>, kStrategies> samples; // calibration and real runs, newest last
+        unsigned runs_since_refit = 0;
+    };
+    struct AgentRecord {
+        RunningFigure ratio;     ///< actual ÷ predicted
+        RunningFigure excess_ns; ///< actual − predicted, for runs sent while it reported a full house
+        bool flagged = false;
+    };
+
+    Client* client = nullptr;
+    std::vector<Target> agents;
+    PlannerOptions options;
+    LinkFigures link;
+    std::optional<Wisdom> wisdom;
+    std::map<const Op*, OpState> ops;
+    std::map<std::uint64_t, AgentRecord> records; // by Target::id()
+    PlannerStats stats;
+
+    [[nodiscard]] const OpState* find(const Op& op) const {
+        auto it = ops.find(&op);
+        return it == ops.end() ? nullptr : &it->second;
+    }
+    OpState* find(const Op& op) {
+        auto it = ops.find(&op);
+        return it == ops.end() ? nullptr : &it->second;
+    }
+
+    [[nodiscard]] std::string agents_key() const {
+        std::string key;
+        for (const auto& a : agents) key += (key.empty() ? "" : ",") + a.info().address;
+        return key;
+    }
+
+    Result<CodeHash> code_hash(const Op& op) const {
+        auto view = BundleView::parse(op.kernel().bundle());
+        if (!view) return tl::make_unexpected(view.error());
+        auto slice = view->find_slice(agents.front().info().triple);
+        if (!slice)
+            return fail(Errc::no_matching_slice, fmt::format("op {}: its kernel has no slice for {}", op.name(), agents.front().info().triple));
+        return view->slices[*slice].hash;
+    }
+
+    /// What the owner's reported queue adds to a remote call: nothing while a worker is free or
+    /// the report is stale; else the calls ahead of it, each at what such waits have cost.
+    [[nodiscard]] double queue_wait_ns() const {
+        const Target& owner = agents.front();
+        const auto load = client->load(owner);
+        if (load.at == Clock::time_point{} || Clock::now() - load.at > options.load_fresh) return 0;
+        const std::uint32_t workers = std::max<std::uint32_t>(owner.info().workers, 1);
+        if (std::uint32_t(load.busy) + load.queued < workers) return 0;
+        const auto ahead = std::uint32_t(load.busy) + load.queued + 1 - workers;
+        auto it = records.find(owner.id());
+        const double per_call = it == records.end() || it->second.excess_ns.count() == 0 ? 0 : it->second.excess_ns.p50();
+        return static_cast<double>(ahead) * std::max(per_call, 0.0);
+    }
+
+    [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, bool* pushed = nullptr) const {
+        const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
+        Strategy choice = bp.at(size);
+        if (wait > 0 && choice != Strategy::get &&
+            std::find(options.strategies.begin(), options.strategies.end(), Strategy::get) != options.strategies.end()) {
+            const auto work = st.op->work(size);
+            if (estimate_ns(st.entry.model, Strategy::get, work, st.cached) <
+                estimate_ns(st.entry.model, choice, work, st.cached, wait)) {
+                choice = Strategy::get;
+                if (pushed != nullptr) *pushed = true;
+            }
+        }
+        return choice;
+    }
+
+    void recompute(OpState& st) {
+        const auto& b = st.bounds;
+        st.entry.cached = Breakpoints::compute(st.entry.model, *st.op, b.min_size, b.max_size, true, options.strategies);
+        st.entry.cold = Breakpoints::compute(st.entry.model, *st.op, b.min_size, b.max_size, false, options.strategies);
+    }
+
+    void keep(const OpState& st) {
+        if (!wisdom) return;
+        wisdom->put(st.key, st.entry);
+        if (auto saved = wisdom->save(); !saved) spdlog::warn("planner: {}", saved.error().describe());
+    }
+
+    static void push_sample(std::vector<Sample>& v, Sample s) {
+        v.push_back(s);
+        if (v.size() > kSamplesKept) v.erase(v.begin());
+    }
+
+    /// One run by `s`, timed; the answer checked against the op's own when `check`.
+    Result<std::pair<Bytes, std::chrono::nanoseconds>> timed(Op& op, std::uint64_t size, Strategy s, bool check) {
+        const auto t0 = Clock::now();
+        auto answer = op.start(s, size).get();
+        const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
+        if (!answer) return tl::make_unexpected(answer.error());
+        if (check && *answer != op.expected(size))
+            return fail(Errc::internal, fmt::format("op {} by {} at {} {}: the answer differs from the reference", op.name(),
+                                                    to_string(s), op.size_name(), size));
+        return std::pair{std::move(*answer), took};
+    }
+
+    void await_tier_up() {
+        const auto until = Clock::now() + kTierUpWait;
+        for (const auto& a : agents) {
+            while (Clock::now() < until) {
+                auto counters = client->agent_stats(a);
+                if (!counters) break;
+                bool optimised = false;
+                for (const auto& [name, value] : *counters)
+                    if (name == "last_compile_tier") optimised = value >= 1;
+                if (optimised) break;
+                std::this_thread::sleep_for(kTierUpPoll);
+            }
+        }
+    }
+
+    Result<void> evict_code(const Op& op) {
+        auto hash = code_hash(op);
+        if (!hash) return tl::make_unexpected(hash.error());
+        Bytes payload(hash->size());
+        std::memcpy(payload.data(), hash->data(), hash->size());
+        for (const auto& a : agents)
+            if (auto r = client->control(a, kCacheEvictType, payload); !r) return tl::make_unexpected(r.error());
+        return {};
+    }
+
+    /// Every strategy at sizes across the range; the fits; the first call's extra cost.
+    Result<void> calibrate(OpState& st) {
+        Op& op = *st.op;
+        const auto& b = st.bounds;
+        std::vector<std::uint64_t> sizes;
+        const unsigned n = std::max(options.calibration_sizes, 2u);
+        const double ratio = static_cast<double>(b.max_size) / static_cast<double>(b.min_size);
+        for (unsigned i = 0; i < n; ++i) {
+            auto s = static_cast<std::uint64_t>(std::llround(b.min_size * std::pow(ratio, double(i) / (n - 1))));
+            s = std::clamp(s, b.min_size, b.max_size);
+            if (sizes.empty() || s != sizes.back()) sizes.push_back(s);
+        }
+        // 1. Each strategy once (answers checked); the shipped code reaches the agents here.
+        for (auto s : options.strategies)
+            if (auto r = timed(op, b.min_size, s, true); !r) return tl::make_unexpected(r.error());
+        await_tier_up();
+        st.cached = true;
+        // 2. Timed runs across the range.
+        for (auto s : options.strategies) {
+            auto& samples = st.samples[index_of(s)];
+            samples.clear();
+            for (auto size : sizes) {
+                std::vector<double> times;
+                for (unsigned r = 0; r < std::max(options.calibration_runs, 1u); ++r) {
+                    auto run = timed(op, size, s, r == 0);
+                    if (!run) return tl::make_unexpected(run.error());
+                    times.push_back(static_cast<double>(run->second.count()));
+                }
+                samples.push_back({size, median(times)});
+                if (samples.size() >= 2 && median(times) > static_cast<double>(std::chrono::nanoseconds(kCalibrationRunLimit).count()))
+                    break;
+            }
+            st.entry.model.fits[index_of(s)] = fit(op, st.entry.model.link, s, samples);
+        }
+        // 3. The shipped code's first call: evicted everywhere, then one call at the smallest size.
+        st.entry.model.cold_ns = 0;
+        if (std::find(options.strategies.begin(), options.strategies.end(), Strategy::xrdma) != options.strategies.end()) {
+            if (auto e = evict_code(op); !e) return e;
+            auto cold = timed(op, b.min_size, Strategy::xrdma, false);
+            if (!cold) return tl::make_unexpected(cold.error());
+            const auto work = op.work(b.min_size);
+            const double cached_ns = estimate_ns(st.entry.model, Strategy::xrdma, work, true);
+            const double agents_compiling = work.forwards > 0 ? std::max<std::uint32_t>(work.agents_touched, 1) : 1;
+            st.entry.model.cold_ns = std::max(0.0, static_cast<double>(cold->second.count()) - cached_ns) / agents_compiling;
+            await_tier_up();
+        }
+        ++stats.calibrations;
+        return {};
+    }
+
+    void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double actual_ns) {
+        const auto work = st.op->work(size);
+        const double predicted = estimate_ns(st.entry.model, s, work, cached_before, wait);
+        auto& rec = records[agents.front().id()];
+        if (predicted > 0) rec.ratio.add(actual_ns / predicted);
+        if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
+        const bool slow = rec.ratio.count() >= options.slow_window && rec.ratio.p50() >= options.slow_factor;
+        if (slow && !rec.flagged)
+            spdlog::warn("planner: agent {} runs {:.2f}× slower than predicted (median of its last {} runs)",
+                         agents.front().info().address, rec.ratio.p50(), std::min<std::size_t>(rec.ratio.count(), 64));
+        rec.flagged = slow;
+        // Only unloaded, cached runs teach the model.
+        if (owner_full || (s == Strategy::xrdma && !cached_before)) return;
+        push_sample(st.samples[index_of(s)], {size, actual_ns});
+        if (options.refit_every == 0 || ++st.runs_since_refit < options.refit_every) return;
+        st.runs_since_refit = 0;
+        for (auto strategy : options.strategies) {
+            const auto& samples = st.samples[index_of(strategy)];
+            if (samples.size() >= 2) st.entry.model.fits[index_of(strategy)] = fit(*st.op, st.entry.model.link, strategy, samples);
+        }
+        recompute(st);
+        keep(st);
+        ++stats.refits;
+    }
+
+    [[nodiscard]] bool owner_full() const {
+        const Target& owner = agents.front();
+        const auto load = client->load(owner);
+        if (load.at == Clock::time_point{} || Clock::now() - load.at > options.load_fresh) return false;
+        return std::uint32_t(load.busy) + load.queued >= std::max<std::uint32_t>(owner.info().workers, 1);
+    }
+};
+
+Planner::Planner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Planner::Planner(Planner&&) noexcept = default;
+Planner& Planner::operator=(Planner&&) noexcept = default;
+Planner::~Planner() = default;
+
+Result<Planner> Planner::open(Client& client, std::vector<Target> agents, PlannerOptions options) {
+    if (agents.empty()) return fail(Errc::invalid_argument, "a planner needs at least one agent");
+    if (options.strategies.empty()) return fail(Errc::invalid_argument, "a planner needs at least one strategy to choose from");
+    if (!(options.drift > 0)) return fail(Errc::invalid_argument, "the planner's drift fraction must be positive");
+    auto impl = std::make_unique<Impl>();
+    impl->client = &client;
+    impl->agents = std::move(agents);
+    impl->options = std::move(options);
+    auto region = client.region(impl->agents.front(), impl->options.probe_region);
+    if (!region) return tl::make_unexpected(region.error());
+    auto link = probe_link(client, impl->agents.front(), *region, impl->options.probe_budget);
+    if (!link) return tl::make_unexpected(link.error());
+    impl->link = *link;
+    if (!impl->options.wisdom.empty()) {
+        auto w = Wisdom::load(impl->options.wisdom);
+        if (!w) return tl::make_unexpected(w.error());
+        if (w->skipped() > 0) spdlog::warn("planner: {} lines of {} are not wisdom; ignored", w->skipped(), impl->options.wisdom.string());
+        impl->wisdom = std::move(*w);
+    }
+    return Planner(std::move(impl));
+}
+
+Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
+    auto& im = *impl_;
+    if (boundaries.min_size == 0 || boundaries.max_size < boundaries.min_size)
+        return fail(Errc::invalid_argument, fmt::format("op {}: boundaries [{}, {}] are not a size range", op.name(),
+                                                        boundaries.min_size, boundaries.max_size));
+    if (boundaries.max_size > op.max_size())
+        return fail(Errc::out_of_bounds, fmt::format("op {}: {} {} is more than its data allows ({})", op.name(), op.size_name(),
+                                                     boundaries.max_size, op.max_size()));
+    auto hash = im.code_hash(op);
+    if (!hash) return tl::make_unexpected(hash.error());
+    Impl::OpState st;
+    st.op = &op;
+    st.label = label.empty() ? std::string(op.name()) : std::move(label);
+    st.bounds = boundaries;
+    st.key = fmt::format("{}@{}#{}", st.label, im.agents_key(), to_hex(*hash, 16));
+    std::replace(st.key.begin(), st.key.end(), ' ', '_');
+    const WisdomEntry* kept = im.wisdom ? im.wisdom->find(st.key) : nullptr;
+    const bool same_range = kept != nullptr && kept->cached.lo() == boundaries.min_size && kept->cached.hi() == boundaries.max_size;
+    if (kept != nullptr && same_range && link_matches(kept->model.link, im.link, im.options.drift)) {
+        st.entry = *kept;
+        ++im.stats.wisdom_hits;
+        im.ops[&op] = std::move(st);
+        return {};
+    }
+    if (kept != nullptr && same_range) {
+        ++im.stats.drifted;
+        spdlog::info("planner: {}: the link changed (rtt {} → {}, get {} → {}); measuring again", st.label,
+                     format_ns(kept->model.link.rtt_ns), format_ns(im.link.rtt_ns), format_ns(kept->model.link.get_ns),
+                     format_ns(im.link.get_ns));
+    }
+    st.entry.model.link = im.link;
+    if (auto c = im.calibrate(st); !c) return c;
+    im.recompute(st);
+    im.keep(st);
+    im.ops[&op] = std::move(st);
+    return {};
+}
+
+Strategy Planner::choose(const Op& op, std::uint64_t size) const {
+    const auto* st = impl_->find(op);
+    if (st == nullptr) return Strategy::get;
+    return impl_->choose(*st, size, impl_->queue_wait_ns());
+}
+
+Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
+    const auto& im = *impl_;
+    const auto* st = im.find(op);
+    if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
+    Plan p;
+    p.cached = st->cached;
+    p.queue_wait_ns = im.queue_wait_ns();
+    bool pushed = false;
+    p.choice = im.choose(*st, size, p.queue_wait_ns, &pushed);
+    const auto work = op.work(size);
+    for (auto s : im.options.strategies) p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
+    const auto& bp = st->cached ? st->entry.cached : st->entry.cold;
+    p.breakpoint = bp.nearest(size);
+    // The choice first, then the others cheapest first.
+    auto others = p.estimates;
+    std::sort(others.begin(), others.end(), [](const Estimate& a, const Estimate& b) { return a.ns < b.ns; });
+    const auto chosen = std::find_if(others.begin(), others.end(), [&](const Estimate& e) { return e.strategy == p.choice; });
+    p.reason = fmt::format("{}: {} est ({})", to_string(p.choice), format_ns(chosen->ns), chosen->terms);
+    for (const auto& e : others)
+        if (e.strategy != p.choice) p.reason += fmt::format(" vs {}: {} est ({})", to_string(e.strategy), format_ns(e.ns), e.terms);
+    if (pushed) p.reason += "; the owner's queue pushes the work back";
+    if (p.breakpoint) p.reason += fmt::format("; breakpoint {} {}", op.size_name(), *p.breakpoint);
+    return p;
+}
+
+Result<Bytes> Planner::run(Op& op, std::uint64_t size, Plan* taken) {
+    auto p = plan(op, size);
+    if (!p) return tl::make_unexpected(p.error());
+    const bool pushed = p->reason.find("pushes the work back") != std::string::npos;
+    auto r = run_as(op, size, p->choice);
+    if (!r) return tl::make_unexpected(r.error());
+    ++impl_->stats.chosen[index_of(p->choice)];
+    if (pushed) ++impl_->stats.pushed_back;
+    if (taken != nullptr) *taken = std::move(*p);
+    return std::move(r->first);
+}
+
+Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::run_as(Op& op, std::uint64_t size, Strategy strategy) {
+    auto& im = *impl_;
+    auto* st = im.find(op);
+    if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
+    const bool cached_before = st->cached;
+    const double wait = im.queue_wait_ns();
+    const bool full = im.owner_full();
+    auto r = im.timed(op, size, strategy, false);
+    if (!r) return r;
+    if (strategy == Strategy::xrdma) st->cached = true;
+    ++im.stats.runs;
+    im.record(*st, size, strategy, cached_before, wait, full, static_cast<double>(r->second.count()));
+    return r;
+}
+
+void Planner::code_evicted(const Op& op) {
+    if (auto* st = impl_->find(op)) st->cached = false;
+}
+
+bool Planner::code_cached(const Op& op) const {
+    const auto* st = impl_->find(op);
+    return st != nullptr && st->cached;
+}
+
+const LinkFigures& Planner::link() const noexcept { return impl_->link; }
+
+const WisdomEntry* Planner::entry(const Op& op) const {
+    const auto* st = impl_->find(op);
+    return st == nullptr ? nullptr : &st->entry;
+}
+
+std::vector<std::string> Planner::slow_agents() const {
+    std::vector<std::string> out;
+    for (const auto& a : impl_->agents)
+        if (auto it = impl_->records.find(a.id()); it != impl_->records.end() && it->second.flagged) out.push_back(a.info().address);
+    return out;
+}
+
+PlannerStats Planner::stats() const { return impl_->stats; }
+
+} // namespace bitship::xrdma

@@ -1,0 +1,137 @@
+#pragma once
+// The placement planner: for an operation over remote data, whether to move the data (RDMA
+// GET, driven from here) or the compute (a native handler, or the shipped kernel), decided per
+// call from measured figures, with the reason.
+//
+// A user declares each operation's boundaries (its size range); the planner measures the link
+// (probe_link) and the operation by each strategy at a few sizes across the range, fits the
+// cost model (cost_model.hpp), and works out the breakpoints: the sizes where the cheapest
+// strategy changes. Those go in the wisdom file, so the next program run plans at once while
+// the link measures the same. Choosing at run time is a lookup in a handful of sizes, plus
+// one comparison when the agent last reported a queue: a loaded owner pushes work back to GET.
+//
+// @code
+//   auto planner = Planner::open(client, agents, {});          // the link, probed
+//   planner->add(chase, {1, 4096});                             // wisdom, or calibration
+//   auto plan = planner->plan(chase, 1024);                     // choice + every estimate + reason
+//   auto answer = planner->run(chase, 1024);                    // runs the choice, measures it
+// @endcode
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <bitship/client.hpp>
+
+#include "breakpoints.hpp"
+#include "cost_model.hpp"
+#include "op.hpp"
+#include "running_figure.hpp"
+#include "wisdom.hpp"
+
+namespace bitship::xrdma {
+
+/// The sizes an operation will be called with (in its own unit: Op::size_name()).
+struct Boundaries {
+    std::uint64_t min_size = 1;
+    std::uint64_t max_size = 0;
+};
+
+struct PlannerOptions {
+    /// Where breakpoints are kept across runs; empty: nowhere.
+    std::filesystem::path wisdom = Wisdom::default_path();
+    /// Kept wisdom is used while the link measures within this fraction of what it was
+    /// computed from; past it, the operation is measured again.
+    double drift = 0.5;
+    /// The link probe's time at open().
+    std::chrono::microseconds probe_budget{5000};
+    /// A region every agent has, for the link probe's GETs.
+    std::string probe_region = "chase";
+    /// What the planner may choose from (native needs the handler pre-installed at the agents).
+    std::vector<Strategy> strategies{Strategy::get, Strategy::native, Strategy::xrdma};
+    /// Calibration: sizes across the declared range, and timed runs at each.
+    unsigned calibration_sizes = 6;
+    unsigned calibration_runs = 3;
+    /// Real runs between refits of the model from them (0: never refit).
+    unsigned refit_every = 64;
+    /// An agent whose runs take this many times their prediction (median over the window) is
+    /// flagged as slow.
+    double slow_factor = 1.5;
+    std::size_t slow_window = 16;
+    /// A reported queue older than this is stale: the agent is taken as idle again.
+    std::chrono::milliseconds load_fresh{100};
+};
+
+/// The planner's decision for one call, and why.
+struct Plan {
+    Strategy choice = Strategy::get;
+    std::vector<Estimate> estimates; ///< every strategy it may choose from
+    bool cached = false;             ///< the agents hold the shipped code
+    double queue_wait_ns = 0;        ///< what the owner's reported queue adds to remote strategies
+    std::optional<std::uint64_t> breakpoint; ///< the nearest size where the choice changes
+    /// "xrdma: 31 µs est (cached; rtt 19 µs + 1024 × 12 ns) vs get: 12.3 ms est (1024 × 12 µs);
+    /// breakpoint depth 2"
+    std::string reason;
+    [[nodiscard]] double estimate_of(Strategy s) const noexcept;
+};
+
+struct PlannerStats {
+    std::uint64_t calibrations = 0; ///< operations measured (no wisdom, or the link drifted)
+    std::uint64_t wisdom_hits = 0;  ///< operations planned from kept wisdom
+    std::uint64_t drifted = 0;      ///< kept wisdom set aside because the link changed
+    std::uint64_t refits = 0;
+    std::uint64_t runs = 0;
+    std::array<std::uint64_t, kStrategies> chosen{}; ///< by Strategy
+    std::uint64_t pushed_back = 0;  ///< runs fetched because the owner's queue made shipping dearer
+};
+
+class Planner {
+public:
+    /// Probes the link to `agents[0]` (the figures every model starts from) and reads the
+    /// wisdom file. `agents` is the peer table the operations run over.
+    static Result<Planner> open(Client& client, std::vector<Target> agents, PlannerOptions options = {});
+    Planner(Planner&&) noexcept;
+    Planner& operator=(Planner&&) noexcept;
+    ~Planner();
+
+    /// Declares `op` and its size range: its breakpoints come from the wisdom file when an
+    /// entry for it (this op, these agents, this code) was computed on a link that measures
+    /// the same; otherwise it is measured by every strategy and the wisdom file updated.
+    /// `label` names the op in the wisdom file and in logs (its parameters, say); default
+    /// op.name(). `op` must outlive the planner.
+    Result<void> add(Op& op, Boundaries boundaries, std::string label = {});
+
+    /// The run-time choice: a breakpoint lookup, and one comparison when the owner is loaded.
+    [[nodiscard]] Strategy choose(const Op& op, std::uint64_t size) const;
+    /// choose(), with every strategy's estimate and the reason.
+    [[nodiscard]] Result<Plan> plan(const Op& op, std::uint64_t size) const;
+    /// Runs `op` at `size` by the planned strategy; the run's time refreshes the model and the
+    /// agent's predicted-against-actual record. `taken`, when given, receives the plan.
+    Result<Bytes> run(Op& op, std::uint64_t size, Plan* taken = nullptr);
+    /// Runs `op` by `strategy` regardless of the plan (the oracle's runs), timed and recorded
+    /// as a real run. Returns the answer and the time.
+    Result<std::pair<Bytes, std::chrono::nanoseconds>> run_as(Op& op, std::uint64_t size, Strategy strategy);
+
+    /// The agents no longer hold `op`'s shipped code (evicted, restarted): plan as cold.
+    void code_evicted(const Op& op);
+    [[nodiscard]] bool code_cached(const Op& op) const;
+
+    [[nodiscard]] const LinkFigures& link() const noexcept;
+    [[nodiscard]] const WisdomEntry* entry(const Op& op) const;
+    /// Agents whose runs have been persistently slower than predicted.
+    [[nodiscard]] std::vector<std::string> slow_agents() const;
+    [[nodiscard]] PlannerStats stats() const;
+
+private:
+    struct Impl;
+    explicit Planner(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace bitship::xrdma
