@@ -66,7 +66,7 @@ HashTable HashTable::make(unsigned agents, std::uint64_t buckets_per_agent, std:
     HashTable t;
     t.per_agent_ = buckets_per_agent;
     t.chain_ = chain_length;
-    std::uint64_t buckets = t.buckets(), per_agent_entries = buckets_per_agent * chain_length;
+    std::uint64_t buckets = agents * buckets_per_agent, per_agent_entries = buckets_per_agent * chain_length;
     t.shards_.assign(agents, Bytes(region_bytes(buckets_per_agent, chain_length)));
     t.keys_.resize(buckets * chain_length);
     // Random sharding: entry k of the table takes slot order[k], slots packed as

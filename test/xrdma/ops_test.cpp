@@ -81,6 +81,7 @@ template <class T> T value_of(const Bytes& b) {
 // Every strategy's answer for each size, byte for byte against expected().
 void check_op(Op& op, std::initializer_list<std::uint64_t> sizes, const Cluster& cluster) {
     for (auto size : sizes) {
+        if (size > op.max_size()) continue; // past one agent's block, with one agent
         auto want = op.expected(size);
         for (auto s : kStrategies) {
             INFO(op.name() << " " << op.size_name() << " " << size << " by " << to_string(s));
