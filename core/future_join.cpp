@@ -3,6 +3,8 @@
 // cannot outlive the last of them.
 #include "client_impl.hpp"
 
+#include <optional>
+
 namespace bitship {
 namespace {
 
@@ -14,13 +16,14 @@ struct Joining {
 
     // Called once per part, after its result is in.
     void part_done(CallState& part) {
+        std::optional<Error> error;
         {
             std::lock_guard lock(part.mutex);
-            if (!part.result) {
-                whole->complete(tl::make_unexpected(part.result.error()));
-                // Still counted below, so the last part releases everything.
-            }
+            if (!part.result) error = part.result.error();
         }
+        // The first error completes the whole at once; the part is still counted below, so
+        // the last part releases everything.
+        if (error) whole->complete(tl::make_unexpected(std::move(*error)));
         if (left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
         if (whole->done.load(std::memory_order_acquire)) return; // a part failed
         std::vector<Bytes> results;

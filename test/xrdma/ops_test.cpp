@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstring>
 #include <memory>
 
@@ -326,5 +327,23 @@ TEST_CASE("a cycle written into the hash table stops at the walk's limit by ever
         REQUIRE_FALSE(r);
         CHECK(r.error().code == Errc::kernel_failed);
         CHECK_THAT(r.error().message, Catch::Contains("limit"));
+    }
+}
+
+TEST_CASE("a fan-out fails as soon as one agent's part fails, and the others still serve", "[integration]") {
+    auto cluster = start_cluster("tcp", 2);
+    auto reduce = ReduceOp::create(cluster.client, cluster.targets, ReduceKind::sum, kItemsPerAgent, kSeed);
+    REQUIRE(reduce);
+    cluster.agents[1]->stop(SIGKILL);
+    for (auto s : kStrategies) {
+        INFO(to_string(s));
+        auto r = (*reduce)->start(s, 2 * kItemsPerAgent).get();
+        REQUIRE_FALSE(r);
+        INFO(r.error().describe());
+        CHECK((r.error().code == Errc::disconnected || r.error().code == Errc::connect_failed ||
+               r.error().code == Errc::transport_error));
+        auto mine = (*reduce)->start(s, kItemsPerAgent).get(); // agent 0's block alone
+        REQUIRE(mine);
+        CHECK(*mine == (*reduce)->expected(kItemsPerAgent));
     }
 }
