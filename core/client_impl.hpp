@@ -76,13 +76,19 @@ struct CallState {
     Client::NextGet next;
     Bytes scratch;
 
+    /// Runs once, after the result is in (Future::join); set under `mutex` while not done.
+    std::function<void()> then;
+
     void complete(Result<Bytes> r) {
+        std::function<void()> after;
         {
             std::lock_guard lock(mutex);
             if (done.load(std::memory_order_relaxed)) return;
             result = std::move(r);
             done.store(true, std::memory_order_seq_cst);
+            after = std::move(then);
         }
+        if (after) after();
         if (progress)
             (t_waiter_leads ? progress->completed_by_waiter : progress->completed_by_background)
                 .fetch_add(1, std::memory_order_relaxed);

@@ -22,22 +22,6 @@ Bytes pack(const bs_chase_args& a) {
 
 } // namespace
 
-std::string_view to_string(Strategy s) noexcept {
-    switch (s) {
-    case Strategy::get: return "get";
-    case Strategy::native: return "native";
-    case Strategy::xrdma: return "xrdma";
-    }
-    return "?";
-}
-
-Result<Strategy> parse_strategy(std::string_view name) {
-    if (name == "get") return Strategy::get;
-    if (name == "native") return Strategy::native;
-    if (name == "xrdma") return Strategy::xrdma;
-    return fail(Errc::invalid_argument, fmt::format("unknown strategy '{}' (get, native or xrdma)", name));
-}
-
 ChaseList ChaseList::make(unsigned agents, std::uint64_t nodes_per_agent, std::uint64_t seed) {
     ChaseList list;
     list.per_agent_ = nodes_per_agent;

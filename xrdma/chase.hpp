@@ -16,16 +16,9 @@
 #include <bitship/kernel.h>
 
 #include "kernels/chase_abi.h"
+#include "strategy.hpp"
 
 namespace bitship::xrdma {
-
-enum class Strategy {
-    get,    ///< the client walks with one 8+8-byte RDMA GET per hop
-    native, ///< a chase handler compiled into xagent in advance (the active-message baseline)
-    xrdma,  ///< the shipped chase kernel, forwarding itself from agent to agent
-};
-std::string_view to_string(Strategy s) noexcept;
-Result<Strategy> parse_strategy(std::string_view name);
 
 /// A random cyclic list over several agents' regions, also kept here to check answers.
 class ChaseList {

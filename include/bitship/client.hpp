@@ -140,6 +140,14 @@ public:
     /// Waits for the result (bounded by the call's deadline) and returns it.
     [[nodiscard]] Result<Bytes> get() const;
     /// get(), then checks the reply is exactly sizeof(T) bytes and copies it into a T.
+    /// What Future::join makes of its parts' results (moved out of them, in order).
+    using Join = std::function<Result<Bytes>(std::vector<Bytes>& parts)>;
+    /// One future for several calls (a fan-out): completes with `join` of their results once
+    /// all of `parts` have completed, or with the first error among them as soon as it is in.
+    /// `join` runs on whichever thread completes the last part (often the progress thread):
+    /// keep it short, never block. No parts: completes at once with join of none.
+    static Future join(std::vector<Future> parts, Join join);
+
     template <class T> [[nodiscard]] Result<T> get_as() const {
         static_assert(std::is_trivially_copyable_v<T>);
         auto bytes = get();

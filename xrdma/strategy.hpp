@@ -1,0 +1,20 @@
+#pragma once
+// How an X-RDMA operation runs: the data comes here, or the code goes there.
+
+#include <string_view>
+
+#include <bitship/errc.hpp>
+
+namespace bitship::xrdma {
+
+/// The three interchangeable strategies of every X-RDMA operation (same inputs, same answer).
+enum class Strategy {
+    get,    ///< the client fetches the data with one-sided RDMA GET and computes here
+    native, ///< a handler compiled into xagent in advance (the active-message baseline)
+    xrdma,  ///< the shipped kernel, run next to the data (and forwarding itself between agents)
+};
+std::string_view to_string(Strategy s) noexcept;
+/// "get", "native" or "xrdma"; invalid_argument naming the word otherwise.
+Result<Strategy> parse_strategy(std::string_view name);
+
+} // namespace bitship::xrdma
