@@ -18,9 +18,9 @@
 #include <span>
 #include <string>
 
-#include "chase.hpp"
 #include "link_probe.hpp"
 #include "op.hpp"
+#include "strategy.hpp"
 
 namespace bitship::xrdma {
 

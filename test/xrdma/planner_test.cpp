@@ -1,0 +1,204 @@
+// The planner with real agents: it plans and explains, runs what it planned, keeps its
+// breakpoints across a restart while the link is the same and measures again when the link
+// changes, and sends fewer shipped calls to a busy agent than to an idle one.
+
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include <behaviour_kernels.hpp>
+#include <bitship/client.hpp>
+
+#include "chase_op.hpp"
+#include "launcher.hpp"
+#include "planner.hpp"
+
+using namespace bitship;
+using namespace bitship::xrdma;
+using namespace std::chrono_literals;
+using launch::AgentProcess;
+
+namespace {
+
+constexpr std::uint64_t kNodes = 1 << 12;
+constexpr Boundaries kDepths{1, 256};
+
+std::vector<std::string> chase_region() { return {"--region", fmt::format("chase={}", kNodes * 16), "--workers", "1"}; }
+
+Client client_for(const std::string& transport) {
+    ClientOptions o;
+    o.transport = *parse_transport(transport);
+    o.loopback_only = true;
+    o.call_timeout = 60s;
+    auto c = Client::create(o);
+    REQUIRE(c);
+    return std::move(*c);
+}
+
+PlannerOptions options_in(const std::filesystem::path& dir) {
+    PlannerOptions o;
+    o.wisdom = dir / "planner.wisdom";
+    o.calibration_runs = 2;
+    o.calibration_sizes = 4;
+    return o;
+}
+
+} // namespace
+
+TEST_CASE("plan explains every strategy's estimate and run follows it with the right answer", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO(transport);
+    const auto dir = launch::make_temp_dir("bitship-planner-");
+    AgentProcess agent(transport, chase_region());
+    auto client = client_for(transport);
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto planner = Planner::open(client, {*target}, options_in(dir));
+    REQUIRE(planner);
+    CHECK(planner->link().rtt_ns > 0);
+    CHECK(planner->link().mapped == (transport == "shm"));
+    auto op = ChaseOp::create(client, {*target}, kNodes, 11);
+    REQUIRE(op);
+    REQUIRE(planner->add(**op, kDepths));
+    CHECK(planner->stats().calibrations == 1);
+    for (std::uint64_t depth : {1u, 16u, 256u}) {
+        auto plan = planner->plan(**op, depth);
+        REQUIRE(plan);
+        INFO(plan->reason);
+        REQUIRE(plan->estimates.size() == 3);
+        for (const auto& e : plan->estimates) {
+            CHECK(e.ns > 0);
+            CHECK_THAT(plan->reason, Catch::Contains(std::string(to_string(e.strategy)) + ":"));
+        }
+        // The choice is the cheapest estimate (no load here).
+        for (const auto& e : plan->estimates) CHECK(plan->estimate_of(plan->choice) <= e.ns);
+        CHECK_THAT(plan->reason, Catch::StartsWith(std::string(to_string(plan->choice)) + ": "));
+        Plan taken;
+        auto answer = planner->run(**op, depth, &taken);
+        REQUIRE(answer);
+        CHECK(*answer == (*op)->expected(depth));
+        CHECK(taken.choice == plan->choice);
+    }
+    // Deep walks over the network are never worth a round trip per hop.
+    CHECK(planner->choose(**op, 256) != Strategy::get);
+    // An op it was not given is an error, by code.
+    auto other = ChaseOp::create(client, {*target}, kNodes, 12);
+    REQUIRE(other);
+    auto unknown = planner->plan(**other, 4);
+    REQUIRE_FALSE(unknown);
+    CHECK(unknown.error().code == Errc::invalid_argument);
+    auto too_big = planner->add(**other, {1, (*other)->max_size() + 1});
+    REQUIRE_FALSE(too_big);
+    CHECK(too_big.error().code == Errc::out_of_bounds);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the wisdom file survives a restart, and is measured again when the link changes", "[integration]") {
+    const auto dir = launch::make_temp_dir("bitship-planner-");
+    std::uint16_t port = 0;
+    Breakpoints kept;
+    {
+        AgentProcess agent("shm", chase_region());
+        port = agent.port();
+        auto client = client_for("shm");
+        auto target = client.connect(agent.address());
+        REQUIRE(target);
+        auto op = ChaseOp::create(client, {*target}, kNodes, 11);
+        REQUIRE(op);
+        {
+            auto first = Planner::open(client, {*target}, options_in(dir));
+            REQUIRE(first);
+            REQUIRE(first->add(**op, kDepths));
+            CHECK(first->stats().calibrations == 1);
+            kept = first->entry(**op)->cached;
+        }
+        REQUIRE(std::filesystem::exists(dir / "planner.wisdom"));
+        // A new planner (a restarted program) plans from the file, measuring nothing.
+        auto second = Planner::open(client, {*target}, options_in(dir));
+        REQUIRE(second);
+        REQUIRE(second->add(**op, kDepths));
+        CHECK(second->stats().calibrations == 0);
+        CHECK(second->stats().wisdom_hits == 1);
+        CHECK(second->entry(**op)->cached == kept);
+    }
+    // The same peer, now over TCP: its round trip is many times what the wisdom was made on.
+    AgentProcess agent("tcp", chase_region(), port);
+    auto client = client_for("tcp");
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto op = ChaseOp::create(client, {*target}, kNodes, 11);
+    REQUIRE(op);
+    auto third = Planner::open(client, {*target}, options_in(dir));
+    REQUIRE(third);
+    REQUIRE(third->add(**op, kDepths));
+    CHECK(third->stats().drifted == 1);
+    CHECK(third->stats().calibrations == 1);
+    std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integration]") {
+    AgentProcess idle("tcp", chase_region()), busy("tcp", chase_region());
+    auto client = client_for("tcp");
+    auto idle_t = client.connect(idle.address());
+    auto busy_t = client.connect(busy.address());
+    REQUIRE(idle_t);
+    REQUIRE(busy_t);
+    auto options = options_in({});
+    options.wisdom.clear();
+    // Both measured while idle: the same model, the same breakpoints.
+    auto idle_op = ChaseOp::create(client, {*idle_t}, kNodes, 11);
+    auto busy_op = ChaseOp::create(client, {*busy_t}, kNodes, 11);
+    REQUIRE(idle_op);
+    REQUIRE(busy_op);
+    auto to_idle = Planner::open(client, {*idle_t}, options);
+    auto to_busy = Planner::open(client, {*busy_t}, options);
+    REQUIRE(to_idle);
+    REQUIRE(to_busy);
+    REQUIRE(to_idle->add(**idle_op, kDepths));
+    REQUIRE(to_busy->add(**busy_op, kDepths));
+    constexpr std::uint64_t kDepth = 16;
+    REQUIRE(to_idle->choose(**idle_op, kDepth) != Strategy::get);
+    REQUIRE(to_busy->choose(**busy_op, kDepth) != Strategy::get);
+
+    // Then a second client keeps the busy agent's one worker running 2 ms kernels back to back.
+    std::atomic<bool> stop{false};
+    std::atomic<std::uint64_t> load_calls{0};
+    std::thread load([&] {
+        auto other = client_for("tcp");
+        auto t = other.connect(busy.address());
+        while (t && !stop.load())
+            if (other.ship(behaviour_kernels::busy_count, *t, std::uint64_t{2'000'000}).get()) ++load_calls;
+    });
+    struct Stop {
+        std::atomic<bool>& stop;
+        std::thread& load;
+        ~Stop() {
+            stop = true;
+            load.join();
+        }
+    } stopper{stop, load};
+    while (load_calls.load() < 2) std::this_thread::sleep_for(1ms);
+
+    auto shipped = [&](Planner& planner, Op& op) {
+        std::uint64_t n = 0;
+        for (int i = 0; i < 60; ++i) {
+            Plan taken;
+            auto r = planner.run(op, kDepth, &taken);
+            REQUIRE(r);
+            REQUIRE(*r == op.expected(kDepth));
+            n += taken.choice != Strategy::get;
+        }
+        return n;
+    };
+    const auto idle_shipped = shipped(*to_idle, **idle_op);
+    const auto busy_shipped = shipped(*to_busy, **busy_op);
+    INFO("shipped to the idle agent " << idle_shipped << " of 60, to the busy one " << busy_shipped << " (pushed back "
+                                      << to_busy->stats().pushed_back << "); background calls " << load_calls.load());
+    CHECK(idle_shipped == 60);
+    CHECK(busy_shipped < idle_shipped);
+    CHECK(to_busy->stats().pushed_back > 0);
+    CHECK(to_idle->stats().pushed_back == 0);
+}
