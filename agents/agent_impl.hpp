@@ -31,6 +31,7 @@
 #include "code_signatures.hpp"
 #include "kernel_guard.hpp"
 #include "kernel_stats.hpp"
+#include "load_gauge.hpp"
 #include "log_limiter.hpp"
 #include "kernel_sandbox.hpp"
 #include "regions.hpp"
@@ -132,6 +133,7 @@ struct Agent::Impl {
     Counters counters;
     std::atomic<bool> stopped{false};
     KernelStats kernel_stats;
+    LoadGauge load_gauge; ///< kernels running now: stamped, with the pool's queue, on every RESULT and ERROR
     ControlContext control;
     std::atomic<bool> draining{false};
     std::thread drain_waiter;

@@ -123,6 +123,7 @@ void Agent::Impl::prepare_ctx(bs_ctx& ctx, const RunRequest& r) {
 }
 
 std::optional<Error> Agent::Impl::run_sandboxed(const Runnable& what, bs_ctx& ctx, void (*started)(void*), void* arg) {
+    LoadGauge::Running running(load_gauge);
     // Shipped code runs bound to its thread's area of the arena (under sfi); an operator's
     // native kernel (no code object) is its own and runs as it is.
     if (!what.code) return run_guarded(what.fn, &ctx, config.kernel_timeout, started, arg);

@@ -92,7 +92,9 @@ void Agent::Impl::tell_caller(const Forwarded& fw, Errc code, const std::string&
     if (!m) return;
     const auto& run = std::get<wire::Run>(m->body);
     counters.errors.fetch_add(1, std::memory_order_relaxed);
-    if (auto* ep = reply_ep(run.reply_to)) engine->send(ep, wire::encode_error(run.origin, code, message));
+    auto e = wire::encode_error(run.origin, code, message);
+    load_gauge.stamp(e, pool ? pool->queued() : 0);
+    if (auto* ep = reply_ep(run.reply_to)) engine->send(ep, std::move(e));
 }
 
 void Agent::Impl::send_forward(Link& link, std::uint64_t id, bool with_code) {

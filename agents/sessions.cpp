@@ -15,6 +15,7 @@ void Agent::Impl::reply(ucp_ep_h ep, std::uint64_t conn, wire::Encoded&& m) {
         spdlog::debug("reply {} to a closed connection dropped", m.header.request_id);
         return;
     }
+    load_gauge.stamp(m, pool ? pool->queued() : 0);
     engine->send(ep, std::move(m));
 }
 
@@ -25,6 +26,7 @@ void Agent::Impl::answer(const RunRequest& r, wire::Encoded&& m) {
         reply(r.ep, r.conn, std::move(m));
         return;
     }
+    load_gauge.stamp(m, pool ? pool->queued() : 0);
     if (auto* ep = reply_ep(r.run.reply_to)) engine->send(ep, std::move(m));
 }
 

@@ -39,6 +39,8 @@ public:
     /// Whether the calling thread is a worker of some pool that leads progress right now (it
     /// received what it is handling, and may run it itself).
     [[nodiscard]] static bool on_leading_worker() noexcept;
+    /// Jobs waiting for a worker now (a load figure: relaxed).
+    [[nodiscard]] std::size_t queued() const noexcept { return queued_.load(std::memory_order_relaxed); }
     /// No job queued and none running (a drain waits for this).
     [[nodiscard]] bool idle() const noexcept {
         return queued_.load(std::memory_order_acquire) == 0 && running_.load(std::memory_order_acquire) == 0;

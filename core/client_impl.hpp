@@ -20,6 +20,7 @@
 
 #include <fmt/format.h>
 
+#include "agent_load.hpp"
 #include "engine.hpp"
 #include "wire.hpp"
 
@@ -152,6 +153,7 @@ struct Client::Impl {
 
     std::atomic<std::uint64_t> runs_sent{0}, bundles_sent{0}, bundle_bytes_sent{0}, need_code_received{0}, reconnects{0};
     std::atomic<std::uint64_t> stray_replies{0};
+    AgentLoadTable loads; ///< what each target's replies said of its load (any thread)
 
     // --- progress token -------------------------------------------------------------------
     std::unordered_map<std::uint64_t, Peer> peers;

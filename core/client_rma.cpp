@@ -114,4 +114,23 @@ void Client::Impl::chain_step(const std::shared_ptr<CallState>& c, std::span<con
         return;
     }
 }
+
+Result<bool> Client::mapped(const RemoteRegion& region) {
+    if (!region.packed_rkey) return fail(Errc::invalid_argument, "region has no remote key (not from Client::region)");
+    // The unpacked keys live on the progress thread; ask there.
+    auto c = impl_->new_call(region.target, Kind::region);
+    impl_->engine->post([impl = impl_.get(), c, region] {
+        auto it = impl->peers.find(region.target);
+        if (it == impl->peers.end() || !it->second.welcomed) {
+            c->complete(fail(Errc::disconnected, fmt::format("region '{}' belongs to no connected agent", region.name)));
+            return;
+        }
+        auto rkey = impl->rkey_for(it->second, region);
+        if (!rkey) c->complete(tl::make_unexpected(rkey.error()));
+        else c->complete(Bytes{std::byte{rkey->local_base != nullptr}});
+    });
+    auto answer = Future(c).get();
+    if (!answer) return tl::make_unexpected(answer.error());
+    return answer->size() == 1 && answer->front() != std::byte{0};
+}
 } // namespace bitship

@@ -108,6 +108,7 @@ void Client::Impl::on_forwarded_reply(Incoming&& in) {
         return;
     }
     auto c = it->second;
+    loads.on_reply(c->peer, in.header); // the last agent's load, kept against the target shipped to
     if (in.header.type == wire::Type::result) {
         pending.erase(it);
         c->complete(std::move(in.payload));
@@ -130,6 +131,7 @@ void Client::Impl::on_message(Incoming&& in) {
         on_forwarded_reply(std::move(in));
         return;
     }
+    loads.on_reply(p->id, in.header);
     auto msg = wire::decode(in.header, in.payload);
     if (!msg) {
         spdlog::warn("client: bad message from {}: {}", agent_name(*p), msg.error().describe());

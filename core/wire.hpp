@@ -63,6 +63,8 @@ struct Header {
     std::uint16_t flags = 0;
     std::uint64_t request_id = 0;
     std::uint32_t payload_size = 0; ///< must equal the AM data length
+    /// RESULT and ERROR: the replying agent's load (core/agent_load.hpp: queued | busy << 16);
+    /// 0 elsewhere, and from agents that predate it (read as idle).
     std::uint32_t reserved = 0;
 };
 static_assert(sizeof(Header) == 24);

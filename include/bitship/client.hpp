@@ -111,6 +111,14 @@ struct ShipOptions {
     Device device = Device::any;
 };
 
+/// An agent's load as it reported it in its latest reply (RESULT or ERROR) to this client: the
+/// agent writes it into every reply's header, so it costs no message (Client::load).
+struct AgentLoad {
+    std::uint16_t queued = 0;  ///< runs (and compiles) waiting for a worker when the agent replied; saturates at 65535
+    std::uint16_t busy = 0;    ///< workers running kernels then (the answered call's own kernel has finished)
+    std::chrono::steady_clock::time_point at{}; ///< when that reply arrived; {} before any
+};
+
 /// A memory region of an agent, readable and writable with one-sided RDMA.
 struct RemoteRegion {
     std::string name;
@@ -288,6 +296,17 @@ public:
     Result<Bytes> control(const Target& target, std::uint8_t type, Bytes payload = {});
 
     [[nodiscard]] ClientStats stats() const;
+
+    /// The load `target` reported in its latest reply (RESULT or ERROR) to this client. The
+    /// answer to a call that forwarded comes from the last agent on its way; it is kept against
+    /// the target the call was shipped to. An agent too old to report reads as idle. Any thread;
+    /// costs two atomic loads.
+    [[nodiscard]] AgentLoad load(const Target& target) const;
+
+    /// Whether `region` is mapped into this process (a same-host agent's shared memory over the
+    /// shared-memory transport): its GETs and PUTs are then plain copies. Fails when the
+    /// region's agent is not connected or its key does not unpack.
+    Result<bool> mapped(const RemoteRegion& region);
 
     /// A batch of calls to send together (see Batch).
     [[nodiscard]] Batch batch();

@@ -1,0 +1,40 @@
+#pragma once
+// The load an agent reports in the header of every RESULT and ERROR it sends (core/agent_load.hpp):
+// runs waiting for a worker, and workers running kernels. Counting a kernel is two relaxed atomic
+// adds around its run; stamping a reply reads two atomics.
+
+#include <atomic>
+#include <cstddef>
+
+#include "core/agent_load.hpp"
+#include "core/wire.hpp"
+
+namespace bitship::agent {
+
+class LoadGauge {
+public:
+    /// Counts a kernel as running for its scope (on whichever thread runs it).
+    class Running {
+    public:
+        explicit Running(LoadGauge& g) noexcept : g_(g) { g_.running_.fetch_add(1, std::memory_order_relaxed); }
+        ~Running() { g_.running_.fetch_sub(1, std::memory_order_relaxed); }
+        Running(const Running&) = delete;
+        Running& operator=(const Running&) = delete;
+
+    private:
+        LoadGauge& g_;
+    };
+
+    /// Writes the load into `m`'s header when it is a RESULT or an ERROR; `queued`: jobs
+    /// waiting for a worker now. The answered call's own kernel has finished by then, so it is
+    /// not counted.
+    void stamp(wire::Encoded& m, std::size_t queued) const noexcept {
+        if (m.header.type != wire::Type::result && m.header.type != wire::Type::error) return;
+        m.header.reserved = pack_agent_load(queued, running_.load(std::memory_order_relaxed));
+    }
+
+private:
+    std::atomic<unsigned> running_{0};
+};
+
+} // namespace bitship::agent

@@ -1,0 +1,124 @@
+// An agent's load travels in the header of every RESULT and ERROR it sends (core/agent_load.hpp):
+// the client keeps the latest figure per target (Client::load).
+
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <bitship/client.hpp>
+#include <behaviour_kernels.hpp>
+#include <load_kernels.hpp>
+
+#include "core/agent_load.hpp"
+#include "launcher.hpp"
+#include "test_support.hpp"
+
+using namespace bitship;
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto kWaitLimit = 20s; // a missing step fails the test after this, never hangs it
+
+std::uint64_t read_word(Client& client, const RemoteRegion& gate, std::uint64_t index) {
+    auto bytes = client.get(gate, index * sizeof(std::uint64_t), sizeof(std::uint64_t)).get();
+    REQUIRE(bytes);
+    std::uint64_t v = 0;
+    std::memcpy(&v, bytes->data(), sizeof v);
+    return v;
+}
+
+void write_word(Client& client, const RemoteRegion& gate, std::uint64_t index, std::uint64_t value) {
+    Bytes data(sizeof value);
+    std::memcpy(data.data(), &value, sizeof value);
+    REQUIRE(client.put(gate, index * sizeof(std::uint64_t), std::move(data)).get());
+}
+
+std::uint64_t runs_seen(Client& client, const Target& t) { return test::agent_counters(client, t)["runs"]; }
+
+} // namespace
+
+TEST_CASE("the load field packs queued and busy, saturating, and zero reads as idle", "[unit]") {
+    CHECK(pack_agent_load(0, 0) == 0);
+    CHECK(load_queued(0) == 0);
+    CHECK(load_busy(0) == 0);
+    auto bits = pack_agent_load(3, 2);
+    CHECK(load_queued(bits) == 3);
+    CHECK(load_busy(bits) == 2);
+    auto saturated = pack_agent_load(1u << 20, 70000);
+    CHECK(load_queued(saturated) == 0xffff);
+    CHECK(load_busy(saturated) == 0xffff);
+}
+
+TEST_CASE("the client keeps each target's latest reported load", "[unit]") {
+    AgentLoadTable table;
+    CHECK(table.load(5).at == std::chrono::steady_clock::time_point{});
+    auto now = std::chrono::steady_clock::now();
+    table.record(5, pack_agent_load(4, 1), now);
+    CHECK(table.load(5).queued == 4);
+    CHECK(table.load(5).busy == 1);
+    CHECK(table.load(5).at == now);
+    CHECK(table.load(6).at == std::chrono::steady_clock::time_point{}); // another target: nothing yet
+    table.record(AgentLoadTable::kCapacity + 1, pack_agent_load(1, 1), now); // beyond the table: dropped
+    CHECK(table.load(AgentLoadTable::kCapacity + 1).queued == 0);
+}
+
+TEST_CASE("a busy agent reports its running kernel and its queue in the replies that follow, an idle one 0/0",
+          "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO(transport);
+    launch::AgentProcess agent(transport, {"--workers", "1", "--region", "gate=4K", "--kernel-timeout-ms", "60000"});
+    auto client = test::make_client(transport);
+    auto target = client.connect(agent.address());
+    INFO(agent.log());
+    REQUIRE(target);
+    CHECK(client.load(*target).at == std::chrono::steady_clock::time_point{}); // no reply yet
+
+    // 1. Idle: the answered call's own kernel has finished, nothing else runs or waits.
+    REQUIRE(client.ship(load_kernels::answer_now, *target).get_as<std::uint64_t>() == std::uint64_t{7});
+    auto idle = client.load(*target);
+    CHECK(idle.queued == 0);
+    CHECK(idle.busy == 0);
+    CHECK(idle.at != std::chrono::steady_clock::time_point{});
+
+    // 2. The one worker holds a kernel until released; a second call waits behind it.
+    auto gate = client.region(*target, "gate");
+    REQUIRE(gate);
+    auto held = client.ship(load_kernels::hold_until_released, *target);
+    auto deadline = std::chrono::steady_clock::now() + kWaitLimit;
+    while (read_word(client, *gate, 0) == 0) {
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(1ms);
+    }
+    auto runs_before = runs_seen(client, *target);
+    auto waiting = client.ship(load_kernels::answer_now, *target);
+    // The agent counts a RUN as it takes it and queues it in the same step: once the count
+    // shows, the call is in the queue.
+    while (runs_seen(client, *target) == runs_before) {
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(1ms);
+    }
+    CHECK_FALSE(waiting.ready());
+
+    // 3. An ERROR answered at once (no worker needed) carries the load: one busy, one queued.
+    auto refused = client.ship_native("no_such_native_kernel", *target, {}).get();
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code == Errc::entry_not_found);
+    auto busy = client.load(*target);
+    CHECK(busy.busy == 1);
+    CHECK(busy.queued >= 1);
+    CHECK(busy.at > idle.at);
+
+    // 4. Released: both calls answer, and the agent is idle again.
+    write_word(client, *gate, 1, 1);
+    CHECK(held.get_as<std::uint64_t>() == std::uint64_t{1});
+    CHECK(waiting.get_as<std::uint64_t>() == std::uint64_t{7});
+    REQUIRE(client.ship(behaviour_kernels::add, *target, std::uint64_t{2}, std::uint64_t{3}).get_as<std::uint64_t>() ==
+            std::uint64_t{5});
+    auto after = client.load(*target);
+    CHECK(after.queued == 0);
+    CHECK(after.busy == 0);
+    CHECK(after.at > busy.at);
+}

@@ -1,0 +1,132 @@
+// The measured facts the planner reads: running figures, and a link probe against real agents.
+
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include <bitship/client.hpp>
+
+#include "launcher.hpp"
+#include "link_probe.hpp"
+#include "running_figure.hpp"
+
+using namespace bitship;
+using namespace std::chrono_literals;
+using xrdma::LinkFigures;
+using xrdma::RunningFigure;
+
+TEST_CASE("a running figure gives the window's median and p95 and a weighted mean", "[unit]") {
+    RunningFigure f(0.5);
+    CHECK(f.count() == 0);
+    CHECK(f.mean() == 0);
+    CHECK(f.p50() == 0);
+    f.add(10);
+    CHECK(f.mean() == 10); // the first sample sets the mean
+    CHECK(f.p50() == 10);
+    CHECK(f.p95() == 10);
+    f.add(20);
+    CHECK(f.mean() == 15); // 10 + 0.5 · (20 − 10)
+    f.add(40);
+    CHECK(f.mean() == 27.5);
+    CHECK(f.p50() == 20);
+    CHECK(f.p95() == Approx(38)); // sorted {10, 20, 40}: index 0.95 · 2 = 1.9 → 20 + 0.9 · 20
+
+    SECTION("only the last 64 samples count for the percentiles") {
+        RunningFigure g;
+        for (int i = 0; i < 100; ++i) g.add(1e6); // pushed out of the window below
+        for (int i = 1; i <= 64; ++i) g.add(i);
+        CHECK(g.count() == 164);
+        CHECK(g.p50() == Approx(32.5));  // 1..64: between 32 and 33
+        CHECK(g.p95() == Approx(60.85)); // index 0.95 · 63 = 59.85 → 60 + 0.85
+        CHECK(g.percentile(0) == 1);
+        CHECK(g.percentile(1) == 64);
+    }
+    SECTION("the mean follows new samples by its weight") {
+        RunningFigure g(0.25);
+        g.add(100);
+        for (int i = 0; i < 3; ++i) g.add(0);
+        CHECK(g.mean() == Approx(100 * 0.75 * 0.75 * 0.75));
+    }
+}
+
+TEST_CASE("a link probe measures round trip, GET latency and bandwidth, and whether memory is mapped",
+          "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO(transport);
+    launch::AgentProcess agent(transport, {"--region", "probe=1M"});
+    ClientOptions o;
+    o.transport = *parse_transport(transport);
+    o.loopback_only = true;
+    o.call_timeout = 30s;
+    auto client = Client::create(o);
+    REQUIRE(client);
+    auto target = client->connect(agent.address());
+    INFO(agent.log());
+    REQUIRE(target);
+    auto region = client->region(*target, "probe");
+    REQUIRE(region);
+
+    auto began = std::chrono::steady_clock::now();
+    auto link = xrdma::probe_link_async(*client, *target, *region).get();
+    auto took = std::chrono::steady_clock::now() - began;
+    INFO((link ? std::string() : link.error().describe()));
+    REQUIRE(link);
+    // Printed so a reader sees the figures this machine gives (no test depends on them).
+    fmt::print("link probe over {}: rtt {:.0f} ns ({} pings), 8 B GET {:.0f} ns ({}), bulk GET {:.3f} ns/B ({} × {} B), "
+               "mapped {}, took {:.2f} ms\n",
+               transport, link->rtt_ns, link->pings, link->get_ns, link->small_gets, link->get_ns_per_byte,
+               link->bulk_gets, link->bulk_bytes, link->mapped,
+               std::chrono::duration<double, std::milli>(took).count());
+    CHECK(std::isfinite(link->rtt_ns));
+    CHECK(link->rtt_ns > 0);
+    CHECK(std::isfinite(link->get_ns));
+    CHECK(link->get_ns > 0);
+    CHECK(std::isfinite(link->get_ns_per_byte));
+    CHECK(link->get_ns_per_byte > 0);
+    CHECK(link->put_ns_per_byte == 0); // not probed: a PUT would change the region
+    CHECK(link->pings >= 1);
+    CHECK(link->small_gets >= 1);
+    CHECK(link->bulk_gets >= 1);
+    CHECK(link->bulk_bytes == 256u << 10);
+    CHECK(link->mapped == (transport == "shm"));
+    auto mapped = client->mapped(*region);
+    REQUIRE(mapped);
+    CHECK(*mapped == link->mapped);
+}
+
+TEST_CASE("a link probe refuses a region of another agent or one too small", "[integration]") {
+    launch::AgentProcess a("tcp", {"--region", "probe=4K"});
+    launch::AgentProcess b("tcp", {"--region", "probe=4K"});
+    ClientOptions o;
+    o.transport = Transport::tcp;
+    o.loopback_only = true;
+    auto client = Client::create(o);
+    REQUIRE(client);
+    auto ta = client->connect(a.address());
+    auto tb = client->connect(b.address());
+    REQUIRE(ta);
+    REQUIRE(tb);
+    auto region_b = client->region(*tb, "probe");
+    REQUIRE(region_b);
+    auto wrong = xrdma::probe_link(*client, *ta, *region_b);
+    REQUIRE_FALSE(wrong);
+    CHECK(wrong.error().code == Errc::invalid_argument);
+
+    auto small = client->region(*ta, "probe");
+    REQUIRE(small);
+    small->size = 4; // as if the agent had described 4 bytes
+    auto tiny = xrdma::probe_link(*client, *ta, *small);
+    REQUIRE_FALSE(tiny);
+    CHECK(tiny.error().code == Errc::invalid_argument);
+
+    // A region smaller than the bulk size is probed with what it has.
+    auto whole = client->region(*ta, "probe");
+    REQUIRE(whole);
+    auto link = xrdma::probe_link(*client, *ta, *whole);
+    REQUIRE(link);
+    CHECK(link->bulk_bytes == std::min<std::uint64_t>(whole->size, 256u << 10));
+    CHECK(link->get_ns_per_byte > 0);
+}

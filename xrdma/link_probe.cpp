@@ -1,0 +1,93 @@
+#include "link_probe.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "running_figure.hpp"
+
+namespace bitship::xrdma {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint32_t kSmallBytes = 8;
+constexpr std::uint32_t kBulkBytes = 256u << 10; ///< less when the region is smaller
+constexpr std::size_t kMaxRounds = 16;           ///< rounds of (ping, small GET[, bulk GET])
+constexpr std::size_t kBulkEvery = 4;            ///< a bulk GET in every this many rounds
+
+/// Runs `call` (which returns a Future) and returns its time in ns, or its error.
+template <class Call> Result<double> timed(Call&& call) {
+    auto began = Clock::now();
+    auto r = call().get();
+    auto took = Clock::now() - began;
+    if (!r) return tl::make_unexpected(r.error());
+    return std::chrono::duration<double, std::nano>(took).count();
+}
+
+} // namespace
+
+Result<LinkFigures> probe_link(Client& client, const Target& target, const RemoteRegion& region,
+                               std::chrono::microseconds budget) {
+    if (region.target != target.id())
+        return fail(Errc::invalid_argument,
+                    fmt::format("region '{}' belongs to another target than agent {}", region.name, target.info().address));
+    if (region.size < kSmallBytes)
+        return fail(Errc::invalid_argument,
+                    fmt::format("region '{}' of agent {} has {} bytes: a link probe needs at least {}", region.name,
+                                target.info().address, region.size, kSmallBytes));
+    LinkFigures out;
+    auto mapped = client.mapped(region);
+    if (!mapped) return tl::make_unexpected(mapped.error());
+    out.mapped = *mapped;
+    out.bulk_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBulkBytes, region.size));
+
+    auto ping = [&] { return client.ping(target); };
+    auto small = [&] { return client.get(region, 0, kSmallBytes); };
+    auto bulk = [&] { return client.get(region, 0, out.bulk_bytes); };
+    // Warm-up, not counted: the first call on a path pays for lazy set-up (the rkey unpacked,
+    // UCX's lanes and buffers).
+    if (auto r = timed(ping); !r) return tl::make_unexpected(r.error());
+    if (auto r = timed(small); !r) return tl::make_unexpected(r.error());
+    if (auto r = timed(bulk); !r) return tl::make_unexpected(r.error());
+
+    RunningFigure rtt, get_small, get_bulk;
+    const auto deadline = Clock::now() + budget;
+    for (std::size_t round = 0; round < kMaxRounds; ++round) {
+        if (round > 0 && Clock::now() >= deadline) break;
+        auto p = timed(ping);
+        if (!p) return tl::make_unexpected(p.error());
+        rtt.add(*p);
+        auto s = timed(small);
+        if (!s) return tl::make_unexpected(s.error());
+        get_small.add(*s);
+        if (round % kBulkEvery == 0) {
+            auto b = timed(bulk);
+            if (!b) return tl::make_unexpected(b.error());
+            get_bulk.add(*b);
+        }
+    }
+    out.rtt_ns = rtt.p50();
+    out.get_ns = get_small.p50();
+    out.pings = rtt.count();
+    out.small_gets = get_small.count();
+    out.bulk_gets = get_bulk.count();
+    // The bytes beyond the small GET's, at the bulk GET's cost beyond the small one's. Noise
+    // can make a bulk GET on a fast mapped link look no dearer than a small one: then the whole
+    // bulk time over its bytes, a bound that is never zero.
+    const double extra_bytes = static_cast<double>(out.bulk_bytes) - kSmallBytes;
+    const double extra_ns = get_bulk.p50() - out.get_ns;
+    out.get_ns_per_byte = extra_bytes > 0 && extra_ns > 0 ? extra_ns / extra_bytes
+                                                          : get_bulk.p50() / static_cast<double>(out.bulk_bytes);
+    return out;
+}
+
+std::future<Result<LinkFigures>> probe_link_async(Client& client, const Target& target, RemoteRegion region,
+                                                  std::chrono::microseconds budget) {
+    return std::async(std::launch::async, [&client, target, region = std::move(region), budget] {
+        return probe_link(client, target, region, budget);
+    });
+}
+
+} // namespace bitship::xrdma

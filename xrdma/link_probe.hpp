@@ -1,0 +1,44 @@
+#pragma once
+// What a link to one agent costs, measured with a few real round trips: the terms the
+// planner's cost models are written in (round trip, small GET, bulk bytes, mapped or not).
+//
+//   auto region = client.region(agent, "chase").value();
+//   auto link = probe_link_async(client, agent, region);  // at connect, in the background
+//   ...
+//   auto figures = link.get();                             // Result<LinkFigures>
+
+#include <chrono>
+#include <future>
+
+#include <bitship/client.hpp>
+
+namespace bitship::xrdma {
+
+/// What a link to one peer costs, measured.
+struct LinkFigures {
+    double rtt_ns = 0;          ///< active-message round trip (Client::ping), median
+    double get_ns = 0;          ///< one small (8 B) GET, median
+    double get_ns_per_byte = 0; ///< bulk GET beyond the small one (from a 64-256 KiB GET)
+    /// Bulk PUT: not probed (0). A PUT writes the agent's region, and the probe must not change
+    /// what a user keeps there; the planner takes it from real PUTs (RunningFigure) instead.
+    double put_ns_per_byte = 0;
+    bool mapped = false;        ///< the peer's memory is directly mapped (shared-memory transport)
+    std::size_t pings = 0;      ///< how many samples each figure is the median of
+    std::size_t small_gets = 0;
+    std::size_t bulk_gets = 0;
+    std::uint32_t bulk_bytes = 0; ///< the size of each bulk GET
+};
+
+/// Measures a link within `budget` (default 5 ms) using `region` of the target for the GETs
+/// (read only). Takes at least one sample of each kind whatever the budget, then more, in
+/// rounds, while the budget lasts (at most kMaxRounds). Fails with the call's error when the
+/// agent does not answer, invalid_argument when `region` is not `target`'s or under 8 bytes.
+Result<LinkFigures> probe_link(Client& client, const Target& target, const RemoteRegion& region,
+                               std::chrono::microseconds budget = std::chrono::milliseconds(5));
+
+/// probe_link in the background: the future completes with the figures. `client` must outlive
+/// the future's completion.
+std::future<Result<LinkFigures>> probe_link_async(Client& client, const Target& target, RemoteRegion region,
+                                                  std::chrono::microseconds budget = std::chrono::milliseconds(5));
+
+} // namespace bitship::xrdma
