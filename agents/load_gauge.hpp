@@ -3,11 +3,11 @@
 // runs waiting for a worker, and workers running kernels. Counting a kernel is two relaxed atomic
 // adds around its run; stamping a reply reads two atomics.
 
-#include <atomic>
-#include <cstddef>
-
 #include "core/agent_load.hpp"
 #include "core/wire.hpp"
+
+#include <atomic>
+#include <cstddef>
 
 namespace bitship::agent {
 
@@ -16,7 +16,9 @@ public:
     /// Counts a kernel as running for its scope (on whichever thread runs it).
     class Running {
     public:
-        explicit Running(LoadGauge& g) noexcept : g_(g) { g_.running_.fetch_add(1, std::memory_order_relaxed); }
+        explicit Running(LoadGauge& g) noexcept : g_(g) {
+            g_.running_.fetch_add(1, std::memory_order_relaxed);
+        }
         ~Running() { g_.running_.fetch_sub(1, std::memory_order_relaxed); }
         Running(const Running&) = delete;
         Running& operator=(const Running&) = delete;

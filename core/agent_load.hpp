@@ -6,21 +6,21 @@
 // The client keeps the latest figure per target in an AgentLoadTable: recording one is two
 // relaxed atomic stores into a slot found by two loads; no lock, no allocation per reply.
 
+#include "wire.hpp"
+
 #include <array>
 #include <atomic>
+#include <bitship/client.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 
-#include <bitship/client.hpp>
-
-#include "wire.hpp"
-
 namespace bitship {
 
 /// Packs a load into a header's `reserved` field (saturating each half).
-[[nodiscard]] constexpr std::uint32_t pack_agent_load(std::size_t queued, std::size_t busy) noexcept {
+[[nodiscard]] constexpr std::uint32_t pack_agent_load(std::size_t queued,
+                                                      std::size_t busy) noexcept {
     constexpr std::size_t kMax = 0xffff;
     auto q = static_cast<std::uint32_t>(queued < kMax ? queued : kMax);
     auto b = static_cast<std::uint32_t>(busy < kMax ? busy : kMax);
@@ -48,7 +48,8 @@ public:
 
     /// Keeps `reserved` (a RESULT/ERROR header's field) as `target`'s load, arrived `at`. The
     /// first record into a block of kBlock targets allocates that block; none after it does.
-    void record(std::uint64_t target, std::uint32_t reserved, std::chrono::steady_clock::time_point at) noexcept;
+    void record(std::uint64_t target, std::uint32_t reserved,
+                std::chrono::steady_clock::time_point at) noexcept;
     /// record() for a message that just arrived in answer to a call to `target`: RESULT and
     /// ERROR carry the load; other types are ignored.
     void on_reply(std::uint64_t target, const wire::Header& h) noexcept {

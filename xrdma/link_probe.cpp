@@ -1,11 +1,10 @@
 #include "link_probe.hpp"
 
-#include <algorithm>
-#include <vector>
-
-#include <fmt/format.h>
-
 #include "running_figure.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <vector>
 
 namespace bitship::xrdma {
 namespace {
@@ -32,11 +31,13 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
                                std::chrono::microseconds budget) {
     if (region.target != target.id())
         return fail(Errc::invalid_argument,
-                    fmt::format("region '{}' belongs to another target than agent {}", region.name, target.info().address));
+                    fmt::format("region '{}' belongs to another target than agent {}", region.name,
+                                target.info().address));
     if (region.size < kSmallBytes)
-        return fail(Errc::invalid_argument,
-                    fmt::format("region '{}' of agent {} has {} bytes: a link probe needs at least {}", region.name,
-                                target.info().address, region.size, kSmallBytes));
+        return fail(
+            Errc::invalid_argument,
+            fmt::format("region '{}' of agent {} has {} bytes: a link probe needs at least {}",
+                        region.name, target.info().address, region.size, kSmallBytes));
     LinkFigures out;
     auto mapped = client.mapped(region);
     if (!mapped) return tl::make_unexpected(mapped.error());
@@ -78,12 +79,14 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
     // bulk time over its bytes, a bound that is never zero.
     const double extra_bytes = static_cast<double>(out.bulk_bytes) - kSmallBytes;
     const double extra_ns = get_bulk.p50() - out.get_ns;
-    out.get_ns_per_byte = extra_bytes > 0 && extra_ns > 0 ? extra_ns / extra_bytes
-                                                          : get_bulk.p50() / static_cast<double>(out.bulk_bytes);
+    out.get_ns_per_byte = extra_bytes > 0 && extra_ns > 0
+                              ? extra_ns / extra_bytes
+                              : get_bulk.p50() / static_cast<double>(out.bulk_bytes);
     return out;
 }
 
-std::future<Result<LinkFigures>> probe_link_async(Client& client, const Target& target, RemoteRegion region,
+std::future<Result<LinkFigures>> probe_link_async(Client& client, const Target& target,
+                                                  RemoteRegion region,
                                                   std::chrono::microseconds budget) {
     return std::async(std::launch::async, [&client, target, region = std::move(region), budget] {
         return probe_link(client, target, region, budget);

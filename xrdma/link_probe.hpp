@@ -7,10 +7,9 @@
 //   ...
 //   auto figures = link.get();                             // Result<LinkFigures>
 
+#include <bitship/client.hpp>
 #include <chrono>
 #include <future>
-
-#include <bitship/client.hpp>
 
 namespace bitship::xrdma {
 
@@ -22,8 +21,8 @@ struct LinkFigures {
     /// Bulk PUT: not probed (0). A PUT writes the agent's region, and the probe must not change
     /// what a user keeps there; the planner takes it from real PUTs (RunningFigure) instead.
     double put_ns_per_byte = 0;
-    bool mapped = false;        ///< the peer's memory is directly mapped (shared-memory transport)
-    std::size_t pings = 0;      ///< how many samples each figure is the median of
+    bool mapped = false;   ///< the peer's memory is directly mapped (shared-memory transport)
+    std::size_t pings = 0; ///< how many samples each figure is the median of
     std::size_t small_gets = 0;
     std::size_t bulk_gets = 0;
     std::uint32_t bulk_bytes = 0; ///< the size of each bulk GET
@@ -38,7 +37,8 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
 
 /// probe_link in the background: the future completes with the figures. `client` must outlive
 /// the future's completion.
-std::future<Result<LinkFigures>> probe_link_async(Client& client, const Target& target, RemoteRegion region,
-                                                  std::chrono::microseconds budget = std::chrono::milliseconds(5));
+std::future<Result<LinkFigures>>
+probe_link_async(Client& client, const Target& target, RemoteRegion region,
+                 std::chrono::microseconds budget = std::chrono::milliseconds(5));
 
 } // namespace bitship::xrdma

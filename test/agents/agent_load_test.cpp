@@ -1,19 +1,17 @@
 // An agent's load travels in the header of every RESULT and ERROR it sends (core/agent_load.hpp):
 // the client keeps the latest figure per target (Client::load).
 
-#include <catch2/catch.hpp>
-
-#include <chrono>
-#include <cstring>
-#include <thread>
-
-#include <bitship/client.hpp>
-#include <behaviour_kernels.hpp>
-#include <load_kernels.hpp>
-
 #include "core/agent_load.hpp"
 #include "launcher.hpp"
 #include "test_support.hpp"
+
+#include <behaviour_kernels.hpp>
+#include <bitship/client.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstring>
+#include <load_kernels.hpp>
+#include <thread>
 
 using namespace bitship;
 using namespace std::chrono_literals;
@@ -30,13 +28,16 @@ std::uint64_t read_word(Client& client, const RemoteRegion& gate, std::uint64_t 
     return v;
 }
 
-void write_word(Client& client, const RemoteRegion& gate, std::uint64_t index, std::uint64_t value) {
+void write_word(Client& client, const RemoteRegion& gate, std::uint64_t index,
+                std::uint64_t value) {
     Bytes data(sizeof value);
     std::memcpy(data.data(), &value, sizeof value);
     REQUIRE(client.put(gate, index * sizeof(std::uint64_t), std::move(data)).get());
 }
 
-std::uint64_t runs_seen(Client& client, const Target& t) { return test::agent_counters(client, t)["runs"]; }
+std::uint64_t runs_seen(Client& client, const Target& t) {
+    return test::agent_counters(client, t)["runs"];
+}
 
 } // namespace
 
@@ -60,16 +61,20 @@ TEST_CASE("the client keeps each target's latest reported load", "[unit]") {
     CHECK(table.load(5).queued == 4);
     CHECK(table.load(5).busy == 1);
     CHECK(table.load(5).at == now);
-    CHECK(table.load(6).at == std::chrono::steady_clock::time_point{}); // another target: nothing yet
-    table.record(AgentLoadTable::kCapacity + 1, pack_agent_load(1, 1), now); // beyond the table: dropped
+    CHECK(table.load(6).at ==
+          std::chrono::steady_clock::time_point{}); // another target: nothing yet
+    table.record(AgentLoadTable::kCapacity + 1, pack_agent_load(1, 1),
+                 now); // beyond the table: dropped
     CHECK(table.load(AgentLoadTable::kCapacity + 1).queued == 0);
 }
 
-TEST_CASE("a busy agent reports its running kernel and its queue in the replies that follow, an idle one 0/0",
+TEST_CASE("a busy agent reports its running kernel and its queue in the replies that follow, an "
+          "idle one 0/0",
           "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO(transport);
-    launch::AgentProcess agent(transport, {"--workers", "1", "--region", "gate=4K", "--kernel-timeout-ms", "60000"});
+    launch::AgentProcess agent(
+        transport, {"--workers", "1", "--region", "gate=4K", "--kernel-timeout-ms", "60000"});
     auto client = test::make_client(transport);
     auto target = client.connect(agent.address());
     INFO(agent.log());
@@ -77,7 +82,8 @@ TEST_CASE("a busy agent reports its running kernel and its queue in the replies 
     CHECK(client.load(*target).at == std::chrono::steady_clock::time_point{}); // no reply yet
 
     // 1. Idle: the answered call's own kernel has finished, nothing else runs or waits.
-    REQUIRE(client.ship(load_kernels::answer_now, *target).get_as<std::uint64_t>() == std::uint64_t{7});
+    REQUIRE(client.ship(load_kernels::answer_now, *target).get_as<std::uint64_t>() ==
+            std::uint64_t{7});
     auto idle = client.load(*target);
     CHECK(idle.queued == 0);
     CHECK(idle.busy == 0);
@@ -115,8 +121,8 @@ TEST_CASE("a busy agent reports its running kernel and its queue in the replies 
     write_word(client, *gate, 1, 1);
     CHECK(held.get_as<std::uint64_t>() == std::uint64_t{1});
     CHECK(waiting.get_as<std::uint64_t>() == std::uint64_t{7});
-    REQUIRE(client.ship(behaviour_kernels::add, *target, std::uint64_t{2}, std::uint64_t{3}).get_as<std::uint64_t>() ==
-            std::uint64_t{5});
+    REQUIRE(client.ship(behaviour_kernels::add, *target, std::uint64_t{2}, std::uint64_t{3})
+                .get_as<std::uint64_t>() == std::uint64_t{5});
     auto after = client.load(*target);
     CHECK(after.queued == 0);
     CHECK(after.busy == 0);

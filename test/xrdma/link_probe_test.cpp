@@ -1,17 +1,15 @@
 // The measured facts the planner reads: running figures, and a link probe against real agents.
 
-#include <catch2/catch.hpp>
-
-#include <algorithm>
-#include <cmath>
-
-#include <fmt/format.h>
-
-#include <bitship/client.hpp>
-
 #include "launcher.hpp"
 #include "link_probe.hpp"
 #include "running_figure.hpp"
+
+#include <algorithm>
+#include <bitship/client.hpp>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <fmt/format.h>
+#include <xrdma_test_kernels.hpp>
 
 using namespace bitship;
 using namespace std::chrono_literals;
@@ -36,8 +34,10 @@ TEST_CASE("a running figure gives the window's median and p95 and a weighted mea
 
     SECTION("only the last 64 samples count for the percentiles") {
         RunningFigure g;
-        for (int i = 0; i < 100; ++i) g.add(1e6); // pushed out of the window below
-        for (int i = 1; i <= 64; ++i) g.add(i);
+        for (int i = 0; i < 100; ++i)
+            g.add(1e6); // pushed out of the window below
+        for (int i = 1; i <= 64; ++i)
+            g.add(i);
         CHECK(g.count() == 164);
         CHECK(g.p50() == Approx(32.5));  // 1..64: between 32 and 33
         CHECK(g.p95() == Approx(60.85)); // index 0.95 · 63 = 59.85 → 60 + 0.85
@@ -47,13 +47,15 @@ TEST_CASE("a running figure gives the window's median and p95 and a weighted mea
     SECTION("the mean follows new samples by its weight") {
         RunningFigure g(0.25);
         g.add(100);
-        for (int i = 0; i < 3; ++i) g.add(0);
+        for (int i = 0; i < 3; ++i)
+            g.add(0);
         CHECK(g.mean() == Approx(100 * 0.75 * 0.75 * 0.75));
     }
 }
 
-TEST_CASE("a link probe measures round trip, GET latency and bandwidth, and whether memory is mapped",
-          "[integration]") {
+TEST_CASE(
+    "a link probe measures round trip, GET latency and bandwidth, and whether memory is mapped",
+    "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO(transport);
     launch::AgentProcess agent(transport, {"--region", "probe=1M"});
@@ -75,10 +77,11 @@ TEST_CASE("a link probe measures round trip, GET latency and bandwidth, and whet
     INFO((link ? std::string() : link.error().describe()));
     REQUIRE(link);
     // Printed so a reader sees the figures this machine gives (no test depends on them).
-    fmt::print("link probe over {}: rtt {:.0f} ns ({} pings), 8 B GET {:.0f} ns ({}), bulk GET {:.3f} ns/B ({} × {} B), "
+    fmt::print("link probe over {}: rtt {:.0f} ns ({} pings), 8 B GET {:.0f} ns ({}), bulk GET "
+               "{:.3f} ns/B ({} × {} B), "
                "mapped {}, took {:.2f} ms\n",
-               transport, link->rtt_ns, link->pings, link->get_ns, link->small_gets, link->get_ns_per_byte,
-               link->bulk_gets, link->bulk_bytes, link->mapped,
+               transport, link->rtt_ns, link->pings, link->get_ns, link->small_gets,
+               link->get_ns_per_byte, link->bulk_gets, link->bulk_bytes, link->mapped,
                std::chrono::duration<double, std::milli>(took).count());
     CHECK(std::isfinite(link->rtt_ns));
     CHECK(link->rtt_ns > 0);
@@ -129,4 +132,30 @@ TEST_CASE("a link probe refuses a region of another agent or one too small", "[i
     REQUIRE(link);
     CHECK(link->bulk_bytes == std::min<std::uint64_t>(whole->size, 256u << 10));
     CHECK(link->get_ns_per_byte > 0);
+}
+
+TEST_CASE(
+    "a forwarded call's answer reports the last agent's load against the target it was shipped to",
+    "[integration]") {
+    launch::AgentProcess first("tcp");
+    launch::AgentProcess last("tcp");
+    ClientOptions o;
+    o.transport = Transport::tcp;
+    o.loopback_only = true;
+    auto client = Client::create(o);
+    REQUIRE(client);
+    auto t0 = client->connect(first.address());
+    auto t1 = client->connect(last.address());
+    REQUIRE(t0);
+    REQUIRE(t1);
+    ShipOptions options;
+    options.peers = {*t0, *t1};
+    auto r = client->ship(xrdma_test_kernels::hand_over, *t0, options).get(); // answered by `last`
+    INFO((r ? std::string() : r.error().describe()));
+    REQUIRE(r);
+    auto shipped_to = client->load(*t0);
+    CHECK(shipped_to.at != std::chrono::steady_clock::time_point{});
+    CHECK(shipped_to.busy == 0); // the answering kernel has finished; nothing else runs
+    CHECK(shipped_to.queued == 0);
+    CHECK(client->load(*t1).at == std::chrono::steady_clock::time_point{}); // never called directly
 }
