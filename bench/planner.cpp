@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -110,14 +111,19 @@ public:
             std::vector<Target> targets;
             for (const auto& a : addresses)
                 if (auto tg = client.connect(a)) targets.push_back(*tg);
-            std::vector<Future> inflight;
-            while (!stop_.load(std::memory_order_relaxed)) {
-                inflight.clear();
-                for (const auto& tg : targets)
-                    for (unsigned i = 0; i < per_agent; ++i) inflight.push_back(client.ship(planner_load_kernels::burn, tg, turns));
-                for (auto& f : inflight) (void)f.get();
-                calls_ += inflight.size();
+            // A window of `per_agent` calls per agent: as one finishes the next is sent, so a
+            // call is always queued behind the one running.
+            std::deque<std::pair<std::size_t, Future>> inflight;
+            for (std::size_t a = 0; a < targets.size(); ++a)
+                for (unsigned i = 0; i < per_agent; ++i) inflight.emplace_back(a, client.ship(planner_load_kernels::burn, targets[a], turns));
+            while (!stop_.load(std::memory_order_relaxed) && !inflight.empty()) {
+                auto [a, f] = std::move(inflight.front());
+                inflight.pop_front();
+                (void)f.get();
+                ++calls_;
+                inflight.emplace_back(a, client.ship(planner_load_kernels::burn, targets[a], turns));
             }
+            for (auto& [a, f] : inflight) (void)f.get();
         });
     }
     ~BackgroundLoad() {
@@ -310,12 +316,18 @@ int main(int argc, char** argv) {
                         for (const auto& load : cfg.loads) {
                             std::unique_ptr<BackgroundLoad> bg;
                             if (load == "busy") {
-                                bg = std::make_unique<BackgroundLoad>(transport, addresses, 1, cfg.burn_turns);
+                                bg = std::make_unique<BackgroundLoad>(transport, addresses, 2, cfg.burn_turns);
                                 std::this_thread::sleep_for(std::chrono::milliseconds(50));
                             }
                             const int reps = cold ? cfg.cold_reps : cfg.reps;
                             for (auto size : sizes) {
-                                Point p{spec.name, tl, code, load, n, size};
+                                Point p;
+                                p.op = spec.name;
+                                p.transport = tl;
+                                p.code = code;
+                                p.load = load;
+                                p.agents = n;
+                                p.size = size;
                                 p.crossover = bp.segments().size() > 1 ? bp.segments()[1].from : 0;
                                 std::map<Strategy, std::vector<double>> samples;
                                 std::vector<double> planned;

@@ -55,7 +55,7 @@ Estimate explain(const OpModel& model, Strategy s, const OpWork& work, bool cach
         e.terms = fmt::format("{} × {}", work.dependent_gets, format_ns(model.link.get_ns));
         if (work.get_bytes > 0 && model.link.get_ns_per_byte > 0)
             e.terms += fmt::format(" + {} B × {:.3g} ns/B", work.get_bytes, model.link.get_ns_per_byte);
-        if (f.per_unit_ns > 0.05) e.terms += fmt::format(" + {} × {} here", units, format_ns(f.per_unit_ns));
+        if (std::abs(f.per_unit_ns) > 0.05) e.terms += fmt::format(" + {} × {} here", units, format_ns(f.per_unit_ns));
         return e;
     }
     e.terms = fmt::format("{}rtt {} + {} × {}", s == Strategy::xrdma ? (cached ? "cached; " : "cold; ") : "",
@@ -84,7 +84,9 @@ StrategyFit fit(const Op& op, const LinkFigures& link, Strategy s, std::span<con
     }
     if (sw == 0) return out;
     const double var = sxx - sx * sx / sw;
-    if (var > 1e-12 * sxx) out.per_unit_ns = std::max(0.0, (sxy - sx * sy / sw) / var);
+    // Negative when the link terms overstate a unit (a probe taken on a busy machine): the fit
+    // corrects them within the range it was measured over.
+    if (var > 1e-12 * sxx) out.per_unit_ns = (sxy - sx * sy / sw) / var;
     out.fixed_ns = (sy - out.per_unit_ns * sx) / sw;
     out.fitted = true;
     return out;

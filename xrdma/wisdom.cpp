@@ -93,7 +93,7 @@ std::optional<std::pair<std::string, WisdomEntry>> Wisdom::parse(const std::stri
         int fitted = 0;
         if (!(in >> word >> f.fixed_ns >> f.per_unit_ns >> fitted) || word != to_string(s) || (fitted != 0 && fitted != 1))
             return std::nullopt;
-        if (!std::isfinite(f.fixed_ns) || !finite_nonnegative(f.per_unit_ns)) return std::nullopt;
+        if (!std::isfinite(f.fixed_ns) || !std::isfinite(f.per_unit_ns)) return std::nullopt;
         f.fitted = fitted == 1;
     }
     std::uint64_t lo = 0, hi = 0;

@@ -35,7 +35,7 @@ OpModel tcp_like() {
     m.link = {20'000, 25'000, 0.1, 0, false};
     m.fits[index_of(Strategy::get)] = {500, 0, true};
     m.fits[index_of(Strategy::native)] = {3'000, 10, true};
-    m.fits[index_of(Strategy::xrdma)] = {4'000, 12, true};
+    m.fits[index_of(Strategy::xrdma)] = {10'000, 12, true};
     m.cold_ns = 3'000'000;
     return m;
 }
@@ -51,7 +51,7 @@ TEST_CASE("a fit recovers the per-unit and fixed costs of timed runs beyond the 
     auto f = fit(op, model.link, Strategy::xrdma, samples);
     CHECK(f.fitted);
     CHECK(f.per_unit_ns == Approx(12).epsilon(1e-6));
-    CHECK(f.fixed_ns == Approx(4'000).epsilon(1e-6));
+    CHECK(f.fixed_ns == Approx(10'000).epsilon(1e-6));
     // GET: the link's latency per hop is the whole slope; what is left is fixed.
     samples.clear();
     for (std::uint64_t size : {1, 8, 64, 512})
@@ -66,10 +66,10 @@ TEST_CASE("breakpoints sit where the cheapest strategy changes, cold code moving
     const auto model = tcp_like();
     const std::vector<Strategy> ship_or_get{Strategy::get, Strategy::xrdma};
     auto cached = Breakpoints::compute(model, op, 1, 4096, true, ship_or_get);
-    // get: 25 µs × d + 1.6 ns × d + 0.5 µs; xrdma: 20 µs + 1.6 ns + 4 µs + 12 ns × d → d = 1 is get, 2 on ship.
+    // get: 25 µs × d + 1.6 ns × d + 0.5 µs; xrdma: 20 µs + 1.6 ns + 10 µs + 12 ns × d: d = 1 is get, 2 on ship.
     REQUIRE(cached.segments().size() == 2);
     CHECK(cached.segments()[0] == Breakpoints::Segment{1, Strategy::get});
-    CHECK(cached.segments()[1].strategy == Strategy::xrdma);
+    CHECK(cached.segments()[1] == Breakpoints::Segment{2, Strategy::xrdma});
     const auto b = cached.segments()[1].from;
     auto ns = [&](Strategy s, std::uint64_t d, bool c) { return estimate_ns(model, s, op.work(d), c); };
     CHECK(ns(Strategy::xrdma, b, true) < ns(Strategy::get, b, true));

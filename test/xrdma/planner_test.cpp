@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <deque>
 #include <thread>
 
 #include <fmt/format.h>
@@ -163,14 +164,23 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     REQUIRE(to_idle->choose(**idle_op, kDepth) != Strategy::get);
     REQUIRE(to_busy->choose(**busy_op, kDepth) != Strategy::get);
 
-    // Then a second client keeps the busy agent's one worker running 2 ms kernels back to back.
+    // Then a second client keeps the busy agent's one worker running 2 ms kernels back to back,
+    // two calls in flight so that one is always queued.
     std::atomic<bool> stop{false};
     std::atomic<std::uint64_t> load_calls{0};
     std::thread load([&] {
         auto other = client_for("tcp");
         auto t = other.connect(busy.address());
-        while (t && !stop.load())
-            if (other.ship(behaviour_kernels::busy_count, *t, std::uint64_t{2'000'000}).get()) ++load_calls;
+        if (!t) return;
+        auto burn = [&] { return other.ship(behaviour_kernels::busy_count, *t, std::uint64_t{2'000'000}); };
+        std::deque<Future> inflight;
+        inflight.push_back(burn());
+        while (!stop.load()) {
+            inflight.push_back(burn());
+            if (inflight.front().get()) ++load_calls;
+            inflight.pop_front();
+        }
+        for (auto& f : inflight) (void)f.get();
     });
     struct Stop {
         std::atomic<bool>& stop;
