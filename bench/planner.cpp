@@ -55,6 +55,7 @@ struct Config {
     std::string csv = "planner.csv";
     std::string png_prefix;
     std::string wisdom;
+    std::string progress = "spin-then-block";
 };
 
 constexpr std::uint64_t kChaseNodes = 1u << 14;
@@ -73,8 +74,10 @@ std::vector<OpSpec> op_specs() {
     return {{"chase", {1, 4096}}, {"reduce", {1, kArrayItems}}, {"filter", {1, kArrayItems}}, {"lookup", {1, kChain}}};
 }
 
+std::string g_progress = "spin-then-block";
+
 std::vector<std::string> agent_args(unsigned workers) {
-    return {"--region", fmt::format("chase={}", kChaseNodes * 16), "--region", fmt::format("array={}", kArrayItems * 8),
+    return {"--progress", g_progress, "--region", fmt::format("chase={}", kChaseNodes * 16), "--region", fmt::format("array={}", kArrayItems * 8),
             "--region", fmt::format("hash={}", HashTable::region_bytes(kBuckets, kChain)), "--workers", std::to_string(workers),
             "--log-level", "warn"};
 }
@@ -84,6 +87,7 @@ Client make_client(Transport t) {
     o.transport = t;
     o.loopback_only = true;
     o.call_timeout = std::chrono::minutes(2);
+    o.progress = *parse_progress_mode(g_progress);
     auto c = Client::create(o);
     if (!c) throw std::runtime_error(c.error().describe());
     return std::move(*c);
@@ -226,6 +230,10 @@ int main(int argc, char** argv) {
     app.add_option("--csv", cfg.csv, "write the grid here")->capture_default_str();
     app.add_option("--png", cfg.png_prefix, "plot each op to PREFIX-<op>.png (bench/plot_planner.sh, gnuplot)");
     app.add_option("--wisdom", cfg.wisdom, "the planner's wisdom file (default: a fresh one in a temporary directory)");
+    app.add_option("--progress", cfg.progress,
+                   "progress mode of client and agents (block: no thread spins, so on a machine with few cores the\n"
+                   "agents, client and background load do not steal each other's time slices)")
+        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
     app.add_flag("--quick", quick, "tcp only, 1 agent, cached and idle, 3 reps (a smoke run)");
     CLI11_PARSE(app, argc, argv);
     if (quick) {
@@ -236,14 +244,15 @@ int main(int argc, char** argv) {
         cfg.reps = 3;
         cfg.octaves = 2;
     }
+    g_progress = cfg.progress;
     const auto tmp = launch::make_temp_dir("bitship-planner-");
     if (cfg.wisdom.empty()) cfg.wisdom = (tmp / "planner.wisdom").string();
     fmt::print("planner: {} | ops {} | transports {} | agents {} | code {} | load {}\n"
                "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
                "  busy = a second client keeps every worker running a {}-turn kernel; agents: 1 worker each;\n"
-               "  every answer checked against the op's own; wisdom {}\n\n",
+               "  every answer checked against the op's own; progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
-               fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves, cfg.burn_turns, cfg.wisdom);
+               fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves, cfg.burn_turns, cfg.progress, cfg.wisdom);
     fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10} {:>10} {:>10} | {:>10} {:<7} {:<7} {:>6}\n", "op", "tl", "n", "code",
                "load", "size", "get us", "native us", "xrdma us", "planner us", "oracle", "choice", "regret");
 
@@ -343,13 +352,13 @@ int main(int argc, char** argv) {
                                         if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
                                         planner->code_evicted(o);
                                     }
-                                    Plan plan;
+                                    Strategy chosen{};
                                     const auto t1 = Clock::now();
-                                    auto answer = planner->run(o, size, &plan);
+                                    auto answer = planner->run(o, size, &chosen);
                                     planned.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
                                     if (!answer || *answer != o.expected(size))
                                         throw std::runtime_error(fmt::format("planner run of {} at {} failed", spec.name, size));
-                                    ++p.choices[plan.choice];
+                                    ++p.choices[chosen];
                                     if (r == 0) {
                                         const auto work = o.work(size);
                                         for (auto s : all)
@@ -437,6 +446,16 @@ int main(int argc, char** argv) {
                        100 * errs[errs.size() / 2], 100 * errs[errs.size() * 9 / 10], errs.size());
     }
     for (const auto& c : crossovers) {
+        // Two strategies within 10% of each other all along the row have no crossover to place.
+        double spread = 0;
+        for (const auto& p : points)
+            if (p.op == c.op && p.transport == c.transport && p.agents == c.agents && p.code == c.code && p.load == "idle")
+                spread = std::max(spread, std::abs(std::log(p.forced.at(c.a).median / p.forced.at(c.b).median)));
+        if (spread < std::log(1.1)) {
+            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}; the two are within 10% all along the row (a tie)\n", c.op,
+                       c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted);
+            continue;
+        }
         if (c.measured)
             fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, measured {:.1f}: {:.2f} octaves (target ≤ 0.5)\n", c.op,
                        c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted, *c.measured,

@@ -84,12 +84,33 @@ StrategyFit fit(const Op& op, const LinkFigures& link, Strategy s, std::span<con
     }
     if (sw == 0) return out;
     const double var = sxx - sx * sx / sw;
-    // Negative when the link terms overstate a unit (a probe taken on a busy machine): the fit
-    // corrects them within the range it was measured over.
-    if (var > 1e-12 * sxx) out.per_unit_ns = (sxy - sx * sy / sw) / var;
+    if (var > 1e-12 * sxx) out.per_unit_ns = std::max(0.0, (sxy - sx * sy / sw) / var);
     out.fixed_ns = (sy - out.per_unit_ns * sx) / sw;
     out.fitted = true;
     return out;
+}
+
+std::optional<double> fit_get_latency(const Op& op, const LinkFigures& link, std::span<const Sample> samples) {
+    // The same weighting as fit(): time against dependent GETs, bytes' share taken off.
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& smp : samples) {
+        if (!(smp.ns > 0)) continue;
+        const auto work = op.work(smp.size);
+        const double w = 1.0 / (smp.ns * smp.ns);
+        const double x = static_cast<double>(work.dependent_gets);
+        const double y = smp.ns - static_cast<double>(work.get_bytes) * link.get_ns_per_byte;
+        sw += w;
+        sx += w * x;
+        sy += w * y;
+        sxx += w * x * x;
+        sxy += w * x * y;
+    }
+    if (sw == 0) return std::nullopt;
+    const double var = sxx - sx * sx / sw;
+    if (!(var > 1e-9 * sxx)) return std::nullopt; // the GETs do not vary: nothing to fit
+    const double slope = (sxy - sx * sy / sw) / var;
+    if (!(slope > 0)) return std::nullopt;
+    return slope;
 }
 
 } // namespace bitship::xrdma

@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 
@@ -72,6 +73,11 @@ struct Estimate {
 /// Least-squares line through `samples` after the link terms are taken off (the op gives the
 /// work of each size). Fewer than two distinct sizes: the mean residual, no slope.
 [[nodiscard]] StrategyFit fit(const Op& op, const LinkFigures& link, Strategy s, std::span<const Sample> samples);
+
+/// A GET's round trip as timed runs of the GET strategy show it (the slope of time against
+/// dependent GETs), when those vary over `samples`: it replaces the probe's figure, which one
+/// descheduled moment can spoil.
+[[nodiscard]] std::optional<double> fit_get_latency(const Op& op, const LinkFigures& link, std::span<const Sample> samples);
 
 /// "12.3 ms", "31 µs", "850 ns".
 [[nodiscard]] std::string format_ns(double ns);

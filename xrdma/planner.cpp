@@ -18,9 +18,11 @@ constexpr std::size_t kSamplesKept = 64;
 /// fit extrapolates).
 constexpr auto kCalibrationRunLimit = std::chrono::milliseconds(400);
 /// How long calibration waits for the agents' optimised (tier-1) code after a compile.
-constexpr auto kTierUpWait = std::chrono::seconds(5);
-constexpr auto kTierUpPoll = std::chrono::milliseconds(5);
+constexpr auto kTierUpWait = std::chrono::seconds(2);
+constexpr auto kTierUpFloor = std::chrono::milliseconds(20);
+constexpr std::uint64_t kTierUpFactor = 8;
 constexpr std::uint8_t kCacheEvictType = 19; // wire::Type::cache_evict
+constexpr int kProbes = 4;
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -56,6 +58,8 @@ struct Planner::Impl {
     std::vector<Target> agents;
     PlannerOptions options;
     LinkFigures link;
+    int probes = 1;
+    RemoteRegion probe_region;
     std::optional<Wisdom> wisdom;
     std::map<const Op*, OpState> ops;
     std::map<std::uint64_t, AgentRecord> records; // by Target::id()
@@ -131,6 +135,17 @@ struct Planner::Impl {
         if (v.size() > kSamplesKept) v.erase(v.begin());
     }
 
+    /// Probes again, keeping the lower of each latency: an agent descheduled for a moment (a
+    /// loaded host; a progress thread found asleep) spoils a whole probe's round trips.
+    void probe_again() {
+        ++probes;
+        if (auto again = probe_link(*client, agents.front(), probe_region, options.probe_budget)) {
+            link.rtt_ns = std::min(link.rtt_ns, again->rtt_ns);
+            link.get_ns = std::min(link.get_ns, again->get_ns);
+            link.get_ns_per_byte = std::min(link.get_ns_per_byte, again->get_ns_per_byte);
+        }
+    }
+
     /// One run by `s`, timed; the answer checked against the op's own when `check`.
     Result<std::pair<Bytes, std::chrono::nanoseconds>> timed(Op& op, std::uint64_t size, Strategy s, bool check) {
         const auto t0 = Clock::now();
@@ -143,19 +158,37 @@ struct Planner::Impl {
         return std::pair{std::move(*answer), took};
     }
 
-    void await_tier_up() {
-        const auto until = Clock::now() + kTierUpWait;
-        for (const auto& a : agents) {
-            while (Clock::now() < until) {
-                auto counters = client->agent_stats(a);
-                if (!counters) break;
-                bool optimised = false;
-                for (const auto& [name, value] : *counters)
-                    if (name == "last_compile_tier") optimised = value >= 1;
-                if (optimised) break;
-                std::this_thread::sleep_for(kTierUpPoll);
-            }
+    /// The agents' compile counters now: await_tier_up(mark) waits for what comes after.
+    std::vector<std::uint64_t> compile_marks() {
+        std::vector<std::uint64_t> marks;
+        for (const auto& a : agents) marks.push_back(counter(a, "compiles").value_or(0));
+        return marks;
+    }
+    std::optional<std::uint64_t> counter(const Target& a, std::string_view name) {
+        auto counters = client->agent_stats(a);
+        if (!counters) return std::nullopt;
+        for (const auto& [n, value] : *counters)
+            if (n == name) return value;
+        return std::nullopt;
+    }
+    /// After a compile since `marks`: waits out the agents' background tier-1 compile, so it
+    /// does not compete with the runs timed next. The agents do not report the swap, so this
+    /// waits kTierUpFactor times the fast compile's own time (its counters), at least
+    /// kTierUpFloor.
+    void await_tier_up(const std::vector<std::uint64_t>& marks) {
+        std::uint64_t longest_ns = 0;
+        for (std::size_t i = 0; i < agents.size(); ++i) {
+            auto compiles = counter(agents[i], "compiles");
+            if (!compiles || *compiles == marks[i]) continue;
+            std::uint64_t ns = 0;
+            for (auto name : {"last_compile_verify_ns", "last_compile_parse_ns", "last_compile_optimise_ns",
+                              "last_compile_codegen_ns", "last_compile_link_ns"})
+                ns += counter(agents[i], name).value_or(0);
+            longest_ns = std::max(longest_ns, ns);
         }
+        if (longest_ns == 0) return;
+        const auto wait = std::max<std::chrono::nanoseconds>(kTierUpFloor, std::chrono::nanoseconds(longest_ns * kTierUpFactor));
+        std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(wait, kTierUpWait));
     }
 
     Result<void> evict_code(const Op& op) {
@@ -181,9 +214,10 @@ struct Planner::Impl {
             if (sizes.empty() || s != sizes.back()) sizes.push_back(s);
         }
         // 1. Each strategy once (answers checked); the shipped code reaches the agents here.
+        auto marks = compile_marks();
         for (auto s : options.strategies)
             if (auto r = timed(op, b.min_size, s, true); !r) return tl::make_unexpected(r.error());
-        await_tier_up();
+        await_tier_up(marks);
         st.cached = true;
         // 2. Timed runs across the range.
         for (auto s : options.strategies) {
@@ -200,19 +234,22 @@ struct Planner::Impl {
                 if (samples.size() >= 2 && median(times) > static_cast<double>(std::chrono::nanoseconds(kCalibrationRunLimit).count()))
                     break;
             }
+            if (s == Strategy::get)
+                if (auto latency = fit_get_latency(op, st.entry.model.link, samples)) st.entry.model.link.get_ns = *latency;
             st.entry.model.fits[index_of(s)] = fit(op, st.entry.model.link, s, samples);
         }
         // 3. The shipped code's first call: evicted everywhere, then one call at the smallest size.
         st.entry.model.cold_ns = 0;
         if (std::find(options.strategies.begin(), options.strategies.end(), Strategy::xrdma) != options.strategies.end()) {
             if (auto e = evict_code(op); !e) return e;
+            marks = compile_marks();
             auto cold = timed(op, b.min_size, Strategy::xrdma, false);
             if (!cold) return tl::make_unexpected(cold.error());
             const auto work = op.work(b.min_size);
             const double cached_ns = estimate_ns(st.entry.model, Strategy::xrdma, work, true);
             const double agents_compiling = work.forwards > 0 ? std::max<std::uint32_t>(work.agents_touched, 1) : 1;
             st.entry.model.cold_ns = std::max(0.0, static_cast<double>(cold->second.count()) - cached_ns) / agents_compiling;
-            await_tier_up();
+            await_tier_up(marks);
         }
         ++stats.calibrations;
         return {};
@@ -224,12 +261,18 @@ struct Planner::Impl {
         auto& rec = records[agents.front().id()];
         if (predicted > 0) rec.ratio.add(actual_ns / predicted);
         if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
+        // Looked at every 8 runs: a median costs a sort.
+        if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, owner_full, actual_ns);
         const bool slow = rec.ratio.count() >= options.slow_window && rec.ratio.p50() >= options.slow_factor;
         if (slow && !rec.flagged)
             spdlog::warn("planner: agent {} runs {:.2f}× slower than predicted (median of its last {} runs)",
                          agents.front().info().address, rec.ratio.p50(), std::min<std::size_t>(rec.ratio.count(), 64));
         rec.flagged = slow;
-        // Only unloaded, cached runs teach the model.
+        learn(st, size, s, cached_before, owner_full, actual_ns);
+    }
+
+    /// Only unloaded, cached runs teach the model.
+    void learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool owner_full, double actual_ns) {
         if (owner_full || (s == Strategy::xrdma && !cached_before)) return;
         push_sample(st.samples[index_of(s)], {size, actual_ns});
         if (options.refit_every == 0 || ++st.runs_since_refit < options.refit_every) return;
@@ -266,7 +309,8 @@ Result<Planner> Planner::open(Client& client, std::vector<Target> agents, Planne
     impl->options = std::move(options);
     auto region = client.region(impl->agents.front(), impl->options.probe_region);
     if (!region) return tl::make_unexpected(region.error());
-    auto link = probe_link(client, impl->agents.front(), *region, impl->options.probe_budget);
+    impl->probe_region = std::move(*region);
+    auto link = probe_link(client, impl->agents.front(), impl->probe_region, impl->options.probe_budget);
     if (!link) return tl::make_unexpected(link.error());
     impl->link = *link;
     if (!impl->options.wisdom.empty()) {
@@ -296,7 +340,11 @@ Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
     std::replace(st.key.begin(), st.key.end(), ' ', '_');
     const WisdomEntry* kept = im.wisdom ? im.wisdom->find(st.key) : nullptr;
     const bool same_range = kept != nullptr && kept->cached.lo() == boundaries.min_size && kept->cached.hi() == boundaries.max_size;
-    if (kept != nullptr && same_range && link_matches(kept->model.link, im.link, im.options.drift)) {
+    // Before kept wisdom is set aside, or new wisdom made, the link is probed again
+    // (kProbes in all, the lowest latencies kept): a change must show in every probe.
+    const bool usable = kept != nullptr && same_range;
+    while (im.probes < kProbes && !(usable && link_matches(kept->probed, im.link, im.options.drift))) im.probe_again();
+    if (kept != nullptr && same_range && link_matches(kept->probed, im.link, im.options.drift)) {
         st.entry = *kept;
         ++im.stats.wisdom_hits;
         im.ops[&op] = std::move(st);
@@ -305,9 +353,10 @@ Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
     if (kept != nullptr && same_range) {
         ++im.stats.drifted;
         spdlog::info("planner: {}: the link changed (rtt {} → {}, get {} → {}); measuring again", st.label,
-                     format_ns(kept->model.link.rtt_ns), format_ns(im.link.rtt_ns), format_ns(kept->model.link.get_ns),
+                     format_ns(kept->probed.rtt_ns), format_ns(im.link.rtt_ns), format_ns(kept->probed.get_ns),
                      format_ns(im.link.get_ns));
     }
+    st.entry.probed = im.link;
     st.entry.model.link = im.link;
     if (auto c = im.calibrate(st); !c) return c;
     im.recompute(st);
@@ -347,15 +396,17 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
     return p;
 }
 
-Result<Bytes> Planner::run(Op& op, std::uint64_t size, Plan* taken) {
-    auto p = plan(op, size);
-    if (!p) return tl::make_unexpected(p.error());
-    const bool pushed = p->reason.find("pushes the work back") != std::string::npos;
-    auto r = run_as(op, size, p->choice);
+Result<Bytes> Planner::run(Op& op, std::uint64_t size, Strategy* chosen) {
+    auto& im = *impl_;
+    const auto* st = im.find(op);
+    if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
+    bool pushed = false;
+    const Strategy choice = im.choose(*st, size, im.queue_wait_ns(), &pushed);
+    auto r = run_as(op, size, choice);
     if (!r) return tl::make_unexpected(r.error());
-    ++impl_->stats.chosen[index_of(p->choice)];
-    if (pushed) ++impl_->stats.pushed_back;
-    if (taken != nullptr) *taken = std::move(*p);
+    ++im.stats.chosen[index_of(choice)];
+    if (pushed) ++im.stats.pushed_back;
+    if (chosen != nullptr) *chosen = choice;
     return std::move(r->first);
 }
 

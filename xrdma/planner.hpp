@@ -14,7 +14,7 @@
 //   auto planner = Planner::open(client, agents, {});          // the link, probed
 //   planner->add(chase, {1, 4096});                             // wisdom, or calibration
 //   auto plan = planner->plan(chase, 1024);                     // choice + every estimate + reason
-//   auto answer = planner->run(chase, 1024);                    // runs the choice, measures it
+//   auto answer = planner->run(chase, 1024);                    // runs choose()'s pick, timed
 // @endcode
 
 #include <array>
@@ -46,9 +46,10 @@ struct Boundaries {
 struct PlannerOptions {
     /// Where breakpoints are kept across runs; empty: nowhere.
     std::filesystem::path wisdom = Wisdom::default_path();
-    /// Kept wisdom is used while the link measures within this fraction of what it was
-    /// computed from; past it, the operation is measured again.
-    double drift = 0.5;
+    /// Kept wisdom is used while the link's round trip and GET latency measure within a factor
+    /// 1 + drift of what it was computed from (either way); past it, the operation is measured
+    /// again. Loopback figures wander by half between probes; TCP against shared memory is 10×.
+    double drift = 1.0;
     /// The link probe's time at open().
     std::chrono::microseconds probe_budget{5000};
     /// A region every agent has, for the link probe's GETs.
@@ -56,8 +57,8 @@ struct PlannerOptions {
     /// What the planner may choose from (native needs the handler pre-installed at the agents).
     std::vector<Strategy> strategies{Strategy::get, Strategy::native, Strategy::xrdma};
     /// Calibration: sizes across the declared range, and timed runs at each.
-    unsigned calibration_sizes = 6;
-    unsigned calibration_runs = 3;
+    unsigned calibration_sizes = 8;
+    unsigned calibration_runs = 5;
     /// Real runs between refits of the model from them (0: never refit).
     unsigned refit_every = 64;
     /// An agent whose runs take this many times their prediction (median over the window) is
@@ -111,9 +112,10 @@ public:
     [[nodiscard]] Strategy choose(const Op& op, std::uint64_t size) const;
     /// choose(), with every strategy's estimate and the reason.
     [[nodiscard]] Result<Plan> plan(const Op& op, std::uint64_t size) const;
-    /// Runs `op` at `size` by the planned strategy; the run's time refreshes the model and the
-    /// agent's predicted-against-actual record. `taken`, when given, receives the plan.
-    Result<Bytes> run(Op& op, std::uint64_t size, Plan* taken = nullptr);
+    /// Runs `op` at `size` by choose()'s strategy; the run's time refreshes the model and the
+    /// agent's predicted-against-actual record. `chosen`, when given, receives the strategy.
+    /// (plan() gives the same choice with its reason; run() does not format one.)
+    Result<Bytes> run(Op& op, std::uint64_t size, Strategy* chosen = nullptr);
     /// Runs `op` by `strategy` regardless of the plan (the oracle's runs), timed and recorded
     /// as a real run. Returns the answer and the time.
     Result<std::pair<Bytes, std::chrono::nanoseconds>> run_as(Op& op, std::uint64_t size, Strategy strategy);

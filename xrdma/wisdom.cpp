@@ -13,7 +13,7 @@ namespace bitship::xrdma {
 namespace {
 
 constexpr std::string_view kMagic = "bitship-planner-wisdom";
-constexpr int kVersion = 1;
+constexpr int kVersion = 2;
 constexpr std::uintmax_t kMaxFileBytes = 4u << 20;
 constexpr std::size_t kMaxSegments = 64;
 
@@ -65,8 +65,13 @@ std::filesystem::path Wisdom::default_path() {
 std::string Wisdom::format(const std::string& key, const WisdomEntry& e) {
     std::ostringstream out;
     out.precision(17);
-    const auto& l = e.model.link;
-    out << key << " link " << l.rtt_ns << ' ' << l.get_ns << ' ' << l.get_ns_per_byte << ' ' << (l.mapped ? 1 : 0) << " fit";
+    auto link = [&](const char* label, const LinkFigures& l) {
+        out << ' ' << label << ' ' << l.rtt_ns << ' ' << l.get_ns << ' ' << l.get_ns_per_byte << ' ' << (l.mapped ? 1 : 0);
+    };
+    out << key;
+    link("probed", e.probed);
+    link("link", e.model.link);
+    out << " fit";
     for (auto s : kAllStrategies) {
         const auto& f = e.model.fits[index_of(s)];
         out << ' ' << to_string(s) << ' ' << f.fixed_ns << ' ' << f.per_unit_ns << ' ' << (f.fitted ? 1 : 0);
@@ -81,12 +86,14 @@ std::optional<std::pair<std::string, WisdomEntry>> Wisdom::parse(const std::stri
     std::istringstream in(line);
     std::string key, word;
     WisdomEntry e;
-    auto& l = e.model.link;
-    int mapped = 0;
-    if (!(in >> key >> word) || word != "link") return std::nullopt;
-    if (!(in >> l.rtt_ns >> l.get_ns >> l.get_ns_per_byte >> mapped) || (mapped != 0 && mapped != 1)) return std::nullopt;
-    l.mapped = mapped == 1;
-    if (!finite_nonnegative(l.rtt_ns) || !finite_nonnegative(l.get_ns) || !finite_nonnegative(l.get_ns_per_byte)) return std::nullopt;
+    auto link = [&](const char* label, LinkFigures& l) {
+        int mapped = 0;
+        if (!(in >> word) || word != label) return false;
+        if (!(in >> l.rtt_ns >> l.get_ns >> l.get_ns_per_byte >> mapped) || (mapped != 0 && mapped != 1)) return false;
+        l.mapped = mapped == 1;
+        return finite_nonnegative(l.rtt_ns) && finite_nonnegative(l.get_ns) && finite_nonnegative(l.get_ns_per_byte);
+    };
+    if (!(in >> key) || !link("probed", e.probed) || !link("link", e.model.link)) return std::nullopt;
     if (!(in >> word) || word != "fit") return std::nullopt;
     for (auto s : kAllStrategies) {
         auto& f = e.model.fits[index_of(s)];
@@ -149,9 +156,10 @@ Result<void> Wisdom::save() const {
 }
 
 bool link_matches(const LinkFigures& then, const LinkFigures& now, double fraction) noexcept {
+    // A ratio either way: a link twice as fast has drifted as far as one twice as slow.
     auto near = [&](double a, double b) {
         if (a <= 0 || b <= 0) return a == b;
-        return std::abs(b - a) <= fraction * a;
+        return std::max(a, b) / std::min(a, b) <= 1 + fraction;
     };
     return then.mapped == now.mapped && near(then.rtt_ns, now.rtt_ns) && near(then.get_ns, now.get_ns);
 }

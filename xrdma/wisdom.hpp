@@ -4,8 +4,8 @@
 // once. One entry per operation and set of peers and code hash; an entry is used again only
 // while the link measures within a set fraction of the figures it was computed from.
 //
-//   bitship-planner-wisdom 1
-//   chase@127.0.0.1:7001#3fa2…  link 4900 5200 0.08 0  fit get 120 0 …  cold 2.1e6  range 1 4096
+//   bitship-planner-wisdom 2
+//   chase@127.0.0.1:7001#3fa2…  probed 4900 5200 0.08 0  link 4900 5100 0.08 0  fit get 120 0 1 …
 //     cached 1:xrdma …  cold 1:get 9:xrdma                       (one line per entry)
 
 #include <cstdint>
@@ -22,7 +22,8 @@
 namespace bitship::xrdma {
 
 struct WisdomEntry {
-    OpModel model;
+    LinkFigures probed; ///< what the link probe measured when this was made (drift is judged on it)
+    OpModel model;      ///< the model, its link terms refined by the timed runs
     Breakpoints cached; ///< with the code held by the agents
     Breakpoints cold;   ///< with it still to travel
 };
@@ -55,7 +56,8 @@ private:
     std::size_t skipped_ = 0;
 };
 
-/// Whether `now` is within `fraction` of `then` on every figure (and the same kind of link).
+/// Whether `now` is within a factor 1 + `fraction` of `then`, either way, on its round trip and
+/// GET latency (and the same kind of link).
 [[nodiscard]] bool link_matches(const LinkFigures& then, const LinkFigures& now, double fraction) noexcept;
 
 } // namespace bitship::xrdma

@@ -88,7 +88,7 @@ TEST_CASE("wisdom written to a file reads back the same, and lines that do not p
     const auto dir = launch::make_temp_dir("bitship-wisdom-");
     const auto path = dir / "sub" / "planner.wisdom";
     const std::vector<Strategy> all{kAllStrategies.begin(), kAllStrategies.end()};
-    WisdomEntry e{tcp_like(), {}, {}};
+    WisdomEntry e{tcp_like().link, tcp_like(), {}, {}};
     e.cached = Breakpoints::compute(e.model, op, 1, 4096, true, all);
     e.cold = Breakpoints::compute(e.model, op, 1, 4096, false, all);
     {
@@ -100,9 +100,9 @@ TEST_CASE("wisdom written to a file reads back the same, and lines that do not p
     }
     {
         std::ofstream out(path, std::ios::app);
-        out << "walk@x link 1 2 3\n"                                     // cut short
-            << "walk@y link nan 1 1 0 fit get 0 0 1 native 0 0 1 xrdma 0 0 1 cold_ns 0 range 1 2 cached 1 1:get cold 1 1:get\n"
-            << "walk@z link 1 1 1 0 fit get 0 0 1 native 0 0 1 xrdma 0 0 1 cold_ns 0 range 1 2 cached 1 1:teleport cold 1 1:get\n";
+        out << "walk@x probed 1 2 3\n"                                     // cut short
+            << "walk@y probed 1 1 1 0 link nan 1 1 0 fit get 0 0 1 native 0 0 1 xrdma 0 0 1 cold_ns 0 range 1 2 cached 1 1:get cold 1 1:get\n"
+            << "walk@z probed 1 1 1 0 link 1 1 1 0 fit get 0 0 1 native 0 0 1 xrdma 0 0 1 cold_ns 0 range 1 2 cached 1 1:teleport cold 1 1:get\n";
     }
     auto w = Wisdom::load(path);
     REQUIRE(w);
@@ -128,6 +128,8 @@ TEST_CASE("a link matches kept wisdom within the drift fraction and not past it"
     auto now = then;
     now.rtt_ns *= 1.3;
     CHECK(link_matches(then, now, 0.5));
+    now.rtt_ns = then.rtt_ns / 1.6; // as far the other way: past 1.5×
+    CHECK_FALSE(link_matches(then, now, 0.5));
     now.rtt_ns = then.rtt_ns / 10; // shared memory where TCP was
     CHECK_FALSE(link_matches(then, now, 0.5));
     now = then;

@@ -77,14 +77,15 @@ TEST_CASE("plan explains every strategy's estimate and run follows it with the r
         // The choice is the cheapest estimate (no load here).
         for (const auto& e : plan->estimates) CHECK(plan->estimate_of(plan->choice) <= e.ns);
         CHECK_THAT(plan->reason, Catch::StartsWith(std::string(to_string(plan->choice)) + ": "));
-        Plan taken;
+        Strategy taken{};
         auto answer = planner->run(**op, depth, &taken);
         REQUIRE(answer);
         CHECK(*answer == (*op)->expected(depth));
-        CHECK(taken.choice == plan->choice);
+        CHECK(taken == plan->choice);
     }
-    // Deep walks over the network are never worth a round trip per hop.
-    CHECK(planner->choose(**op, 256) != Strategy::get);
+    // Over TCP a deep walk is never worth a network round trip per hop (over shared memory a
+    // GET is a copy from mapped memory, and may well be).
+    if (transport == "tcp") CHECK(planner->choose(**op, 256) != Strategy::get);
     // An op it was not given is an error, by code.
     auto other = ChaseOp::create(client, {*target}, kNodes, 12);
     REQUIRE(other);
@@ -98,11 +99,18 @@ TEST_CASE("plan explains every strategy's estimate and run follows it with the r
 }
 
 TEST_CASE("the wisdom file survives a restart, and is measured again when the link changes", "[integration]") {
+    // The agents spin: a progress thread found asleep answers a ping in about 0.45 ms here,
+    // which would make the same link measure as a changed one (see the note on issue 6).
+    auto spinning = [] {
+        auto args = chase_region();
+        args.insert(args.end(), {"--progress", "spin"});
+        return args;
+    };
     const auto dir = launch::make_temp_dir("bitship-planner-");
     std::uint16_t port = 0;
     Breakpoints kept;
     {
-        AgentProcess agent("shm", chase_region());
+        AgentProcess agent("shm", spinning());
         port = agent.port();
         auto client = client_for("shm");
         auto target = client.connect(agent.address());
@@ -121,12 +129,14 @@ TEST_CASE("the wisdom file survives a restart, and is measured again when the li
         auto second = Planner::open(client, {*target}, options_in(dir));
         REQUIRE(second);
         REQUIRE(second->add(**op, kDepths));
+        INFO("drifted " << second->stats().drifted << "; rtt " << second->link().rtt_ns << " ns, GET " << second->link().get_ns
+                        << " ns; kept: " << Wisdom::format("-", *second->entry(**op)));
         CHECK(second->stats().calibrations == 0);
         CHECK(second->stats().wisdom_hits == 1);
         CHECK(second->entry(**op)->cached == kept);
     }
     // The same peer, now over TCP: its round trip is many times what the wisdom was made on.
-    AgentProcess agent("tcp", chase_region(), port);
+    AgentProcess agent("tcp", spinning(), port);
     auto client = client_for("tcp");
     auto target = client.connect(agent.address());
     REQUIRE(target);
@@ -161,10 +171,11 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     REQUIRE(to_idle->add(**idle_op, kDepths));
     REQUIRE(to_busy->add(**busy_op, kDepths));
     constexpr std::uint64_t kDepth = 16;
+    constexpr int kRuns = 30;
     REQUIRE(to_idle->choose(**idle_op, kDepth) != Strategy::get);
     REQUIRE(to_busy->choose(**busy_op, kDepth) != Strategy::get);
 
-    // Then a second client keeps the busy agent's one worker running 2 ms kernels back to back,
+    // Then a second client keeps the busy agent's one worker running 20 ms kernels back to back,
     // two calls in flight so that one is always queued.
     std::atomic<bool> stop{false};
     std::atomic<std::uint64_t> load_calls{0};
@@ -172,7 +183,7 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
         auto other = client_for("tcp");
         auto t = other.connect(busy.address());
         if (!t) return;
-        auto burn = [&] { return other.ship(behaviour_kernels::busy_count, *t, std::uint64_t{2'000'000}); };
+        auto burn = [&] { return other.ship(behaviour_kernels::busy_count, *t, std::uint64_t{20'000'000}); };
         std::deque<Future> inflight;
         inflight.push_back(burn());
         while (!stop.load()) {
@@ -192,22 +203,30 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     } stopper{stop, load};
     while (load_calls.load() < 2) std::this_thread::sleep_for(1ms);
 
+    std::uint32_t most_busy = 0, most_queued = 0;
     auto shipped = [&](Planner& planner, Op& op) {
         std::uint64_t n = 0;
-        for (int i = 0; i < 60; ++i) {
-            Plan taken;
+        for (int i = 0; i < kRuns; ++i) {
+            Strategy taken{};
             auto r = planner.run(op, kDepth, &taken);
             REQUIRE(r);
             REQUIRE(*r == op.expected(kDepth));
-            n += taken.choice != Strategy::get;
+            n += taken != Strategy::get;
+            most_busy = std::max<std::uint32_t>(most_busy, client.load(*busy_t).busy);
+            most_queued = std::max<std::uint32_t>(most_queued, client.load(*busy_t).queued);
         }
         return n;
     };
     const auto idle_shipped = shipped(*to_idle, **idle_op);
     const auto busy_shipped = shipped(*to_busy, **busy_op);
-    INFO("shipped to the idle agent " << idle_shipped << " of 60, to the busy one " << busy_shipped << " (pushed back "
+    auto last = to_busy->plan(**busy_op, kDepth);
+    REQUIRE(last);
+    const auto load_now = client.load(*busy_t);
+    INFO("the busy agent's last plan: " << last->reason << "; its load " << load_now.busy << " busy, " << load_now.queued
+                                        << " queued; at most " << most_busy << " busy, " << most_queued << " queued");
+    INFO("shipped to the idle agent " << idle_shipped << " of " << kRuns << ", to the busy one " << busy_shipped << " (pushed back "
                                       << to_busy->stats().pushed_back << "); background calls " << load_calls.load());
-    CHECK(idle_shipped == 60);
+    CHECK(idle_shipped == kRuns);
     CHECK(busy_shipped < idle_shipped);
     CHECK(to_busy->stats().pushed_back > 0);
     CHECK(to_idle->stats().pushed_back == 0);
