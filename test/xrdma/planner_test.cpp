@@ -178,12 +178,13 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     REQUIRE(to_busy);
     REQUIRE(to_idle->add(**idle_op, kDepths));
     REQUIRE(to_busy->add(**busy_op, kDepths));
-    constexpr std::uint64_t kDepth = 16;
+    // The deepest walk of the range: shipping wins there by orders of magnitude when idle.
+    constexpr std::uint64_t kDepth = kDepths.max_size;
     constexpr int kRuns = 30;
     REQUIRE(to_idle->choose(**idle_op, kDepth) != Strategy::get);
     REQUIRE(to_busy->choose(**busy_op, kDepth) != Strategy::get);
 
-    // Then a second client keeps the busy agent's one worker running 20 ms kernels back to back,
+    // Then a second client keeps the busy agent's one worker running 50 ms kernels back to back,
     // two calls in flight so that one is always queued.
     std::atomic<bool> stop{false};
     std::atomic<std::uint64_t> load_calls{0};
@@ -191,7 +192,7 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
         auto other = client_for("tcp");
         auto t = other.connect(busy.address());
         if (!t) return;
-        auto burn = [&] { return other.ship(behaviour_kernels::busy_count, *t, std::uint64_t{20'000'000}); };
+        auto burn = [&] { return other.ship(behaviour_kernels::busy_count, *t, std::uint64_t{50'000'000}); };
         std::deque<Future> inflight;
         inflight.push_back(burn());
         while (!stop.load()) {
