@@ -89,19 +89,25 @@ struct Planner::Impl {
         return view->slices[*slice].hash;
     }
 
-    /// What the owner's reported queue adds to a remote call: nothing while a worker is free or
-    /// the report is stale; else the calls ahead of it, each at what such waits have cost.
-    [[nodiscard]] double queue_wait_ns() const {
+    /// Calls ahead of a new one at the owner, by its last reply: 0 while a worker is free or
+    /// the report is stale.
+    [[nodiscard]] std::uint32_t calls_ahead() const {
         const Target& owner = agents.front();
         const auto load = client->load(owner);
         if (load.at == Clock::time_point{} || Clock::now() - load.at > options.load_fresh) return 0;
         const std::uint32_t workers = std::max<std::uint32_t>(owner.info().workers, 1);
-        if (std::uint32_t(load.busy) + load.queued < workers) return 0;
-        const auto ahead = std::uint32_t(load.busy) + load.queued + 1 - workers;
-        auto it = records.find(owner.id());
+        const std::uint32_t taken = std::uint32_t(load.busy) + load.queued;
+        return taken < workers ? 0 : taken + 1 - workers;
+    }
+
+    /// What `ahead` calls add to a remote call, each at what such waits have cost.
+    [[nodiscard]] double queue_wait_ns(std::uint32_t ahead) const {
+        if (ahead == 0) return 0;
+        auto it = records.find(agents.front().id());
         const double per_call = it == records.end() || it->second.excess_ns.count() == 0 ? 0 : it->second.excess_ns.p50();
         return static_cast<double>(ahead) * std::max(per_call, 0.0);
     }
+    [[nodiscard]] double queue_wait_ns() const { return queue_wait_ns(calls_ahead()); }
 
     [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, bool* pushed = nullptr) const {
         const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
@@ -161,15 +167,14 @@ struct Planner::Impl {
     /// The agents' compile counters now: await_tier_up(mark) waits for what comes after.
     std::vector<std::uint64_t> compile_marks() {
         std::vector<std::uint64_t> marks;
-        for (const auto& a : agents) marks.push_back(counter(a, "compiles").value_or(0));
+        for (const auto& a : agents) marks.push_back(counters(a)["compiles"]);
         return marks;
     }
-    std::optional<std::uint64_t> counter(const Target& a, std::string_view name) {
-        auto counters = client->agent_stats(a);
-        if (!counters) return std::nullopt;
-        for (const auto& [n, value] : *counters)
-            if (n == name) return value;
-        return std::nullopt;
+    /// An agent's counters by name (empty when it does not answer).
+    std::map<std::string, std::uint64_t> counters(const Target& a) {
+        auto all = client->agent_stats(a);
+        if (!all) return {};
+        return {all->begin(), all->end()};
     }
     /// After a compile since `marks`: waits out the agents' background tier-1 compile, so it
     /// does not compete with the runs timed next. The agents do not report the swap, so this
@@ -178,12 +183,12 @@ struct Planner::Impl {
     void await_tier_up(const std::vector<std::uint64_t>& marks) {
         std::uint64_t longest_ns = 0;
         for (std::size_t i = 0; i < agents.size(); ++i) {
-            auto compiles = counter(agents[i], "compiles");
-            if (!compiles || *compiles == marks[i]) continue;
+            auto c = counters(agents[i]);
+            if (c.empty() || c["compiles"] == marks[i]) continue;
             std::uint64_t ns = 0;
             for (auto name : {"last_compile_verify_ns", "last_compile_parse_ns", "last_compile_optimise_ns",
                               "last_compile_codegen_ns", "last_compile_link_ns"})
-                ns += counter(agents[i], name).value_or(0);
+                ns += c[name];
             longest_ns = std::max(longest_ns, ns);
         }
         if (longest_ns == 0) return;
@@ -286,12 +291,6 @@ struct Planner::Impl {
         ++stats.refits;
     }
 
-    [[nodiscard]] bool owner_full() const {
-        const Target& owner = agents.front();
-        const auto load = client->load(owner);
-        if (load.at == Clock::time_point{} || Clock::now() - load.at > options.load_fresh) return false;
-        return std::uint32_t(load.busy) + load.queued >= std::max<std::uint32_t>(owner.info().workers, 1);
-    }
 };
 
 Planner::Planner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -415,8 +414,9 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::run_as(Op& op, std::
     auto* st = im.find(op);
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
     const bool cached_before = st->cached;
-    const double wait = im.queue_wait_ns();
-    const bool full = im.owner_full();
+    const auto ahead = im.calls_ahead();
+    const double wait = im.queue_wait_ns(ahead);
+    const bool full = ahead > 0;
     auto r = im.timed(op, size, strategy, false);
     if (!r) return r;
     if (strategy == Strategy::xrdma) st->cached = true;
