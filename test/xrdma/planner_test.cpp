@@ -107,12 +107,13 @@ TEST_CASE("the wisdom file survives a restart, and is measured again when the li
         return args;
     };
     const auto dir = launch::make_temp_dir("bitship-planner-");
-    // Latencies on a loaded 2-core host (and under ASan) wander several-fold between probes:
-    // this test tolerates any of that (drift 50×) and changes the link in kind, shared memory
-    // to TCP, which no tolerance lets pass (the drift fraction itself is unit-tested).
+    // Latencies on a loaded 2-core host (and under ASan) wander up to 100× between probes (a
+    // progress thread found asleep on either side): this test tolerates any ratio and changes
+    // the link in kind, shared memory to TCP, which no tolerance lets pass (the drift fraction
+    // itself is unit-tested).
     auto options = [&] {
         auto o = options_in(dir);
-        o.drift = 50;
+        o.drift = 1e9;
         return o;
     };
     std::uint16_t port = 0;
