@@ -253,8 +253,8 @@ int main(int argc, char** argv) {
                "  every answer checked against the op's own; progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
                fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves, cfg.burn_turns, cfg.progress, cfg.wisdom);
-    fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10} {:>10} {:>10} | {:>10} {:<7} {:<7} {:>6}\n", "op", "tl", "n", "code",
-               "load", "size", "get us", "native us", "xrdma us", "planner us", "oracle", "choice", "regret");
+    fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10} {:>10} {:>10} {:>10} | {:>10} {:<7} {:<7} {:>6}\n", "op", "tl", "n",
+               "code", "load", "size", "get us", "native us", "xrdma us", "reship us", "planner us", "oracle", "choice", "regret");
 
     std::vector<Point> points;
     struct Crossover {
@@ -267,7 +267,6 @@ int main(int argc, char** argv) {
     };
     std::vector<Crossover> crossovers;
     std::vector<double> choose_ns;
-    const std::vector<Strategy> all{Strategy::get, Strategy::native, Strategy::xrdma};
 
     try {
         for (const auto& tl : cfg.transports) {
@@ -298,6 +297,10 @@ int main(int argc, char** argv) {
                     auto op = make_op(spec.name, client, agents);
                     if (!op) throw std::runtime_error(op.error().describe());
                     Op& o = **op;
+                    // reship where the op offers it (a walk over several agents).
+                    std::vector<Strategy> all;
+                    for (auto s : kAllStrategies)
+                        if (o.offers(s)) all.push_back(s);
                     auto bounds = spec.bounds;
                     bounds.max_size = std::min(bounds.max_size, o.max_size());
                     if (auto a = planner->add(o, bounds); !a) throw std::runtime_error(a.error().describe());
@@ -343,7 +346,7 @@ int main(int argc, char** argv) {
                                 for (int r = 0; r < reps; ++r) {
                                     // Turns: every strategy, then the planner, so all see the same machine.
                                     for (auto s : all) {
-                                        if (cold && s == Strategy::xrdma) {
+                                        if (cold && ships_code(s)) {
                                             if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
                                         }
                                         samples[s].push_back(run_us(*planner, o, size, s));
@@ -374,9 +377,12 @@ int main(int argc, char** argv) {
                                                             [](const auto& a, const auto& b) { return a.second < b.second; })->first;
                                 p.regret = p.forced[p.choice].median / p.forced[p.oracle].median;
                                 p.planned_regret = p.planned.median / p.forced[p.oracle].median;
-                                fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10.1f} {:>10.1f} {:>10.1f} | {:>10.1f} {:<7} {:<7} {:>6.3f}\n",
-                                           p.op, p.transport, p.agents, p.code, p.load, p.size, p.forced[Strategy::get].median,
-                                           p.forced[Strategy::native].median, p.forced[Strategy::xrdma].median, p.planned.median,
+                                const auto us = [&](Strategy s) {
+                                    return p.forced.contains(s) ? fmt::format("{:.1f}", p.forced[s].median) : std::string("-");
+                                };
+                                fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10} {:>10} {:>10} {:>10} | {:>10.1f} {:<7} {:<7} {:>6.3f}\n",
+                                           p.op, p.transport, p.agents, p.code, p.load, p.size, us(Strategy::get),
+                                           us(Strategy::native), us(Strategy::xrdma), us(Strategy::reship), p.planned.median,
                                            to_string(p.oracle), to_string(p.choice), p.regret);
                                 points.push_back(std::move(p));
                             }
@@ -436,10 +442,10 @@ int main(int argc, char** argv) {
                std::exp(log_sum / np), worst);
     fmt::print("regret (the planner's own runs ÷ oracle):      geometric mean {:.3f}, worst {:.3f}\n", std::exp(planned_log_sum / np),
                planned_worst);
-    for (auto s : all) {
+    for (auto s : kAllStrategies) {
         std::vector<double> errs;
         for (const auto& p : points)
-            if (p.load == "idle") errs.push_back(std::abs(p.predicted_ns.at(s) / 1e3 - p.forced.at(s).median) / p.forced.at(s).median);
+            if (p.load == "idle" && p.forced.contains(s)) errs.push_back(std::abs(p.predicted_ns.at(s) / 1e3 - p.forced.at(s).median) / p.forced.at(s).median);
         std::sort(errs.begin(), errs.end());
         if (!errs.empty())
             fmt::print("model error {:<6}: median {:.1f}% (target ≤ 25%), p90 {:.1f}% over {} idle points\n", to_string(s),

@@ -19,7 +19,7 @@ cols=4; rows=$(( (count + cols - 1) / cols ))
   echo "set logscale xy; set grid; set key top left font ',8'; set xlabel 'size'; set ylabel 'median (us)'"
   for p in $panels; do
     IFS=_ read -r tl n code load <<<"$p"
-    for s in get native xrdma planner; do
+    for s in get native xrdma reship planner; do
       awk -F, -v op="$op" -v tl="$tl" -v n="$n" -v c="$code" -v l="$load" -v s="$s" \
         '$1==op && $2==tl && $3==n && $4==c && $5==l && $7==s {print $6, $9, $14}' "$csv" | sort -n >"$tmp/$p.$s"
     done
@@ -30,7 +30,10 @@ cols=4; rows=$(( (count + cols - 1) / cols ))
       echo "set arrow from $x, graph 0 to $x, graph 1 nohead dt 2 lw 2 lc rgb 'gray40'"
     fi
     echo "set title '$tl, $n agent(s), $code code, $load'"
-    echo "plot '$tmp/$p.get' u 1:2 w lp lw 2 t 'get', '$tmp/$p.native' u 1:2 w lp lw 2 t 'native', '$tmp/$p.xrdma' u 1:2 w lp lw 2 t 'shipped', '$tmp/$p.planner' u 1:2 w p pt 2 ps 2 lw 2 lc rgb 'black' t 'planner'"
+    # reship: only where the op offers it (a walk over several agents).
+    reship=""
+    [ -s "$tmp/$p.reship" ] && reship=", '$tmp/$p.reship' u 1:2 w lp lw 2 t 'shipped, back here between agents'"
+    echo "plot '$tmp/$p.get' u 1:2 w lp lw 2 t 'get', '$tmp/$p.native' u 1:2 w lp lw 2 t 'native', '$tmp/$p.xrdma' u 1:2 w lp lw 2 t 'shipped'$reship, '$tmp/$p.planner' u 1:2 w p pt 2 ps 2 lw 2 lc rgb 'black' t 'planner'"
   done
   echo "unset multiplot"
 } >"$tmp/plot.gp"

@@ -9,6 +9,8 @@
 
 #include <xrdma_kernels.hpp>
 
+#include "come_back.hpp"
+
 namespace bitship::xrdma {
 namespace {
 
@@ -102,10 +104,33 @@ Future Chase::start(Strategy strategy, std::uint64_t start, std::uint64_t depth)
     // Each hop can cross agents at most once: depth forwards suffice.
     options.hop_budget = static_cast<std::uint16_t>(std::min<std::uint64_t>(depth + 1, 0xffff));
     const Target& first = agents_[owner < agents_.size() ? owner : 0];
+    if (strategy == Strategy::reship) {
+        bs_chase_come_back cb{args, 1};
+        Bytes first_args(sizeof cb);
+        std::memcpy(first_args.data(), &cb, sizeof cb);
+        ComeBackShape shape;
+        shape.final_size = sizeof(bs_chase_result);
+        shape.continue_size = sizeof(bs_chase_args);
+        shape.owner = [](std::span<const std::byte> a) {
+            bs_chase_args at;
+            std::memcpy(&at, a.data(), sizeof at);
+            return BS_CHASE_OWNER(at.addr);
+        };
+        shape.next_args = [](std::span<const std::byte> a) {
+            bs_chase_come_back next{{}, 1};
+            std::memcpy(&next.walk, a.data(), sizeof next.walk);
+            Bytes b(sizeof next);
+            std::memcpy(b.data(), &next, sizeof next);
+            return b;
+        };
+        return come_back_walk(*client_, xrdma_kernels::chase, agents_, owner < agents_.size() ? owner : 0, std::move(first_args),
+                              std::move(shape));
+    }
     switch (strategy) {
     case Strategy::xrdma: return client_->ship_bytes(xrdma_kernels::chase, first, pack(args), options);
     case Strategy::native: return client_->ship_native("chase", first, pack(args), options);
-    case Strategy::get: break;
+    case Strategy::get:
+    case Strategy::reship: break;
     }
     // One GET per hop from the progress thread: the best a client-driven walk can do.
     struct Walk {

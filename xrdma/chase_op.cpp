@@ -40,6 +40,8 @@ OpWork ChaseOp::work(std::uint64_t size) const {
     return w;
 }
 
+bool ChaseOp::offers(Strategy s) const noexcept { return s != Strategy::reship || list_.agents() > 1; }
+
 Future ChaseOp::start(Strategy strategy, std::uint64_t size) {
     if (size > max_size())
         return failed_future({Errc::out_of_bounds, fmt::format("chase: depth {} is over the list's {} nodes", size, max_size())});

@@ -23,6 +23,8 @@ public:
     [[nodiscard]] std::uint64_t max_size() const noexcept override;
     [[nodiscard]] const Kernel& kernel() const noexcept override;
     [[nodiscard]] OpWork work(std::uint64_t size) const override;
+    /// Every strategy; reship on more than one agent (on one, the walk never crosses).
+    [[nodiscard]] bool offers(Strategy s) const noexcept override;
     /// A depth over max_size() fails with out_of_bounds, by every strategy.
     Future start(Strategy strategy, std::uint64_t size) override;
     [[nodiscard]] Bytes expected(std::uint64_t size) const override;

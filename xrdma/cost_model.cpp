@@ -16,7 +16,8 @@ double serial_units(const OpWork& work) noexcept {
 double link_ns(const LinkFigures& link, Strategy s, const OpWork& work) noexcept {
     if (s == Strategy::get)
         return static_cast<double>(work.dependent_gets) * link.get_ns + static_cast<double>(work.get_bytes) * link.get_ns_per_byte;
-    return link.rtt_ns + static_cast<double>(work.result_bytes) * link.get_ns_per_byte;
+    const double trips = s == Strategy::reship ? 1.0 + static_cast<double>(work.forwards) : 1.0;
+    return trips * link.rtt_ns + static_cast<double>(work.result_bytes) * link.get_ns_per_byte;
 }
 
 namespace {
@@ -26,7 +27,7 @@ double units_of(Strategy s, const OpWork& work) noexcept {
 }
 
 double cold_extra(const OpModel& model, Strategy s, const OpWork& work, bool cached) noexcept {
-    if (s != Strategy::xrdma || cached) return 0;
+    if (!ships_code(s) || cached) return 0;
     const bool walk = work.forwards > 0;
     return model.cold_ns * (walk ? std::max<std::uint32_t>(work.agents_touched, 1) : 1);
 }
@@ -58,7 +59,8 @@ Estimate explain(const OpModel& model, Strategy s, const OpWork& work, bool cach
         if (std::abs(f.per_unit_ns) > 0.05) e.terms += fmt::format(" + {} × {} here", units, format_ns(f.per_unit_ns));
         return e;
     }
-    e.terms = fmt::format("{}rtt {} + {} × {}", s == Strategy::xrdma ? (cached ? "cached; " : "cold; ") : "",
+    const std::string trips = s == Strategy::reship ? fmt::format("{} × ", 1 + work.forwards) : "";
+    e.terms = fmt::format("{}{}rtt {} + {} × {}", ships_code(s) ? (cached ? "cached; " : "cold; ") : "", trips,
                           format_ns(model.link.rtt_ns), units, format_ns(f.per_unit_ns));
     if (const double cold = cold_extra(model, s, work, cached); cold > 0) e.terms += fmt::format(" + code {}", format_ns(cold));
     if (queue_wait_ns > 0) e.terms += fmt::format(" + queue {}", format_ns(queue_wait_ns));

@@ -10,6 +10,8 @@
 //   shipped  as native, with the shipped kernel's own per-unit cost, plus the code's first
 //            transfer and compile when the agents do not hold it (once per agent a walk
 //            reaches; once for a fan-out, whose agents compile in parallel)
+//   reship   as shipped, plus a round trip here for every crossing to another agent (where
+//            shipped pays an agent-to-agent forward inside its per-unit cost)
 //
 // A fan-out (work spread over several agents with no forwards) costs its largest share.
 
@@ -25,9 +27,12 @@
 
 namespace bitship::xrdma {
 
-inline constexpr std::size_t kStrategies = 3;
-inline constexpr std::array<Strategy, kStrategies> kAllStrategies{Strategy::get, Strategy::native, Strategy::xrdma};
+inline constexpr std::size_t kStrategies = 4;
+inline constexpr std::array<Strategy, kStrategies> kAllStrategies{Strategy::get, Strategy::native, Strategy::xrdma,
+                                                                  Strategy::reship};
 [[nodiscard]] constexpr std::size_t index_of(Strategy s) noexcept { return static_cast<std::size_t>(s); }
+/// Whether `s` runs the shipped kernel (its first call at an agent transfers and compiles it).
+[[nodiscard]] constexpr bool ships_code(Strategy s) noexcept { return s == Strategy::xrdma || s == Strategy::reship; }
 
 /// A straight line fitted to timed runs: what the link terms leave, against units.
 struct StrategyFit {

@@ -57,6 +57,8 @@ std::uint64_t Filter::max_count() const noexcept {
 }
 
 Future Filter::start(Strategy strategy, std::uint32_t threshold, std::uint64_t first, std::uint64_t count) {
+    if (strategy == Strategy::reship)
+        return failed_future({Errc::invalid_argument, "filter: a fan-out has no walk to come back from (reship is for walks)"});
     if (threshold > BS_FILTER_THRESHOLD_MAX)
         return failed_future({Errc::invalid_argument, fmt::format("filter: threshold {} is over {}", threshold,
                                                                   BS_FILTER_THRESHOLD_MAX)});

@@ -1,5 +1,7 @@
 #include "hash_lookup.hpp"
 
+#include "come_back.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -10,6 +12,7 @@
 
 #include <xrdma_hash_lookup_kernels.hpp>
 
+#include "come_back.hpp"
 #include "kernels/array_abi.h"
 #include "region_io.hpp"
 
@@ -152,6 +155,20 @@ Result<void> HashLookup::load(const HashTable& table) {
 
 Future HashLookup::start(Strategy strategy, std::uint64_t key) {
     std::uint64_t slot = bucket_slot(bucket_of(key, per_agent_ * agents_.size()), per_agent_);
+    if (strategy == Strategy::reship) {
+        bs_hash_args args{key, slot, 0, limit_, 1, 1};
+        ComeBackShape shape;
+        shape.final_size = sizeof(bs_hash_result);
+        shape.continue_size = sizeof(bs_hash_args);
+        shape.owner = [](std::span<const std::byte> a) {
+            bs_hash_args at;
+            std::memcpy(&at, a.data(), sizeof at);
+            return BS_HASH_OWNER(at.addr);
+        };
+        shape.next_args = [](std::span<const std::byte> a) { return Bytes(a.begin(), a.end()); };
+        return come_back_walk(*client_, xrdma_hash_lookup_kernels::hash_lookup, agents_, BS_HASH_OWNER(slot), bytes_of(args),
+                              std::move(shape));
+    }
     if (strategy != Strategy::get) {
         bs_hash_args args{key, slot, 0, limit_, 1, 0};
         ShipOptions options;
@@ -229,6 +246,8 @@ OpWork HashLookupOp::work(std::uint64_t size) const {
     w.agents_touched = static_cast<std::uint32_t>(std::min<std::uint64_t>(agents, size + 1));
     return w;
 }
+
+bool HashLookupOp::offers(Strategy s) const noexcept { return s != Strategy::reship || table_.agents() > 1; }
 
 Future HashLookupOp::start(Strategy strategy, std::uint64_t size) {
     if (size == 0 || size > table_.chain_length())

@@ -31,8 +31,12 @@ public:
     [[nodiscard]] virtual std::uint64_t max_size() const noexcept = 0;     ///< largest size the loaded data allows
     [[nodiscard]] virtual const Kernel& kernel() const noexcept = 0;       ///< the shipped kernel
     [[nodiscard]] virtual OpWork work(std::uint64_t size) const = 0;
+    /// Whether `s` is one of this operation's strategies: get, native and xrdma always; reship
+    /// only for a walk that can cross agents.
+    [[nodiscard]] virtual bool offers(Strategy s) const noexcept { return s != Strategy::reship; }
     /// Starts one run of `size` by `strategy`; the future's bytes are the answer. A size
-    /// outside 0..max_size() (1..max_size() for lookup) completes at once with invalid_argument.
+    /// outside 0..max_size() (1..max_size() for lookup), or reship for a fan-out (reduce,
+    /// filter), completes at once with invalid_argument.
     virtual Future start(Strategy strategy, std::uint64_t size) = 0;
     /// The answer computed here from the data this process loaded (the reference).
     [[nodiscard]] virtual Bytes expected(std::uint64_t size) const = 0;

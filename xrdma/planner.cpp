@@ -43,6 +43,7 @@ struct Planner::Impl {
         std::string key;
         std::string label;
         Boundaries bounds;
+        std::vector<Strategy> strategies; ///< the planner's that the op offers
         WisdomEntry entry;
         bool cached = false;
         std::array<std::vector<Sample>, kStrategies> samples; // calibration and real runs, newest last
@@ -112,8 +113,7 @@ struct Planner::Impl {
     [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, bool* pushed = nullptr) const {
         const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
         Strategy choice = bp.at(size);
-        if (wait > 0 && choice != Strategy::get &&
-            std::find(options.strategies.begin(), options.strategies.end(), Strategy::get) != options.strategies.end()) {
+        if (wait > 0 && choice != Strategy::get && std::find(st.strategies.begin(), st.strategies.end(), Strategy::get) != st.strategies.end()) {
             const auto work = st.op->work(size);
             if (estimate_ns(st.entry.model, Strategy::get, work, st.cached) <
                 estimate_ns(st.entry.model, choice, work, st.cached, wait)) {
@@ -126,8 +126,8 @@ struct Planner::Impl {
 
     void recompute(OpState& st) {
         const auto& b = st.bounds;
-        st.entry.cached = Breakpoints::compute(st.entry.model, *st.op, b.min_size, b.max_size, true, options.strategies);
-        st.entry.cold = Breakpoints::compute(st.entry.model, *st.op, b.min_size, b.max_size, false, options.strategies);
+        st.entry.cached = Breakpoints::compute(st.entry.model, *st.op, b.min_size, b.max_size, true, st.strategies);
+        st.entry.cold = Breakpoints::compute(st.entry.model, *st.op, b.min_size, b.max_size, false, st.strategies);
     }
 
     void keep(const OpState& st) {
@@ -220,12 +220,12 @@ struct Planner::Impl {
         }
         // 1. Each strategy once (answers checked); the shipped code reaches the agents here.
         auto marks = compile_marks();
-        for (auto s : options.strategies)
+        for (auto s : st.strategies)
             if (auto r = timed(op, b.min_size, s, true); !r) return tl::make_unexpected(r.error());
         await_tier_up(marks);
         st.cached = true;
         // 2. Timed runs across the range.
-        for (auto s : options.strategies) {
+        for (auto s : st.strategies) {
             auto& samples = st.samples[index_of(s)];
             samples.clear();
             for (auto size : sizes) {
@@ -245,13 +245,14 @@ struct Planner::Impl {
         }
         // 3. The shipped code's first call: evicted everywhere, then one call at the smallest size.
         st.entry.model.cold_ns = 0;
-        if (std::find(options.strategies.begin(), options.strategies.end(), Strategy::xrdma) != options.strategies.end()) {
+        const auto shipped = std::find_if(st.strategies.begin(), st.strategies.end(), ships_code);
+        if (shipped != st.strategies.end()) {
             if (auto e = evict_code(op); !e) return e;
             marks = compile_marks();
-            auto cold = timed(op, b.min_size, Strategy::xrdma, false);
+            auto cold = timed(op, b.min_size, *shipped, false);
             if (!cold) return tl::make_unexpected(cold.error());
             const auto work = op.work(b.min_size);
-            const double cached_ns = estimate_ns(st.entry.model, Strategy::xrdma, work, true);
+            const double cached_ns = estimate_ns(st.entry.model, *shipped, work, true);
             const double agents_compiling = work.forwards > 0 ? std::max<std::uint32_t>(work.agents_touched, 1) : 1;
             st.entry.model.cold_ns = std::max(0.0, static_cast<double>(cold->second.count()) - cached_ns) / agents_compiling;
             await_tier_up(marks);
@@ -278,11 +279,11 @@ struct Planner::Impl {
 
     /// Only unloaded, cached runs teach the model.
     void learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool owner_full, double actual_ns) {
-        if (owner_full || (s == Strategy::xrdma && !cached_before)) return;
+        if (owner_full || (ships_code(s) && !cached_before)) return;
         push_sample(st.samples[index_of(s)], {size, actual_ns});
         if (options.refit_every == 0 || ++st.runs_since_refit < options.refit_every) return;
         st.runs_since_refit = 0;
-        for (auto strategy : options.strategies) {
+        for (auto strategy : st.strategies) {
             const auto& samples = st.samples[index_of(strategy)];
             if (samples.size() >= 2) st.entry.model.fits[index_of(strategy)] = fit(*st.op, st.entry.model.link, strategy, samples);
         }
@@ -335,10 +336,17 @@ Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
     st.op = &op;
     st.label = label.empty() ? std::string(op.name()) : std::move(label);
     st.bounds = boundaries;
+    for (auto s : im.options.strategies)
+        if (op.offers(s)) st.strategies.push_back(s);
+    if (st.strategies.empty())
+        return fail(Errc::invalid_argument, fmt::format("op {} offers none of the planner's strategies", op.name()));
     st.key = fmt::format("{}@{}#{}", st.label, im.agents_key(), to_hex(*hash, 16));
     std::replace(st.key.begin(), st.key.end(), ' ', '_');
     const WisdomEntry* kept = im.wisdom ? im.wisdom->find(st.key) : nullptr;
-    const bool same_range = kept != nullptr && kept->cached.lo() == boundaries.min_size && kept->cached.hi() == boundaries.max_size;
+    // Kept wisdom serves when it covers this range and fits every strategy planned over now.
+    const bool same_range = kept != nullptr && kept->cached.lo() == boundaries.min_size && kept->cached.hi() == boundaries.max_size &&
+                            std::all_of(st.strategies.begin(), st.strategies.end(),
+                                        [&](Strategy s) { return kept->model.fits[index_of(s)].fitted; });
     // Before kept wisdom is set aside, or new wisdom made, the link is probed again
     // (kProbes in all, the lowest latencies kept): a change must show in every probe.
     const bool usable = kept != nullptr && same_range;
@@ -380,7 +388,7 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
     bool pushed = false;
     p.choice = im.choose(*st, size, p.queue_wait_ns, &pushed);
     const auto work = op.work(size);
-    for (auto s : im.options.strategies) p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
+    for (auto s : st->strategies) p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
     const auto& bp = st->cached ? st->entry.cached : st->entry.cold;
     p.breakpoint = bp.nearest(size);
     // The choice first, then the others cheapest first.
@@ -419,7 +427,7 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::run_as(Op& op, std::
     const bool full = ahead > 0;
     auto r = im.timed(op, size, strategy, false);
     if (!r) return r;
-    if (strategy == Strategy::xrdma) st->cached = true;
+    if (ships_code(strategy)) st->cached = true;
     ++im.stats.runs;
     im.record(*st, size, strategy, cached_before, wait, full, static_cast<double>(r->second.count()));
     return r;

@@ -54,8 +54,9 @@ struct PlannerOptions {
     std::chrono::microseconds probe_budget{5000};
     /// A region every agent has, for the link probe's GETs.
     std::string probe_region = "chase";
-    /// What the planner may choose from (native needs the handler pre-installed at the agents).
-    std::vector<Strategy> strategies{Strategy::get, Strategy::native, Strategy::xrdma};
+    /// What the planner may choose from (native needs the handler pre-installed at the agents);
+    /// each operation is planned over those of them it offers (Op::offers).
+    std::vector<Strategy> strategies{Strategy::get, Strategy::native, Strategy::xrdma, Strategy::reship};
     /// Calibration: sizes across the declared range, and timed runs at each.
     unsigned calibration_sizes = 8;
     unsigned calibration_runs = 5;

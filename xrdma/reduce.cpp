@@ -70,6 +70,8 @@ Result<Reduce> Reduce::open(Client& client, std::vector<Target> agents, std::uin
 }
 
 Future Reduce::start(Strategy strategy, ReduceKind kind, std::uint64_t first, std::uint64_t count) {
+    if (strategy == Strategy::reship)
+        return failed_future({Errc::invalid_argument, "reduce: a fan-out has no walk to come back from (reship is for walks)"});
     if (static_cast<std::uint32_t>(kind) > BS_REDUCE_MAX)
         return failed_future({Errc::invalid_argument, "reduce: kind must be sum, min or max"});
     auto pieces = array_.pieces(first, count);

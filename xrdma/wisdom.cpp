@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -95,16 +96,21 @@ std::optional<std::pair<std::string, WisdomEntry>> Wisdom::parse(const std::stri
     };
     if (!(in >> key) || !link("probed", e.probed) || !link("link", e.model.link)) return std::nullopt;
     if (!(in >> word) || word != "fit") return std::nullopt;
-    for (auto s : kAllStrategies) {
+    // Fits by strategy name up to "cold_ns": each strategy at most once (a line written before
+    // a strategy existed leaves it unfitted).
+    std::array<bool, kStrategies> seen{};
+    while (in >> word && word != "cold_ns") {
+        Strategy s;
+        if (!parse_strategy_name(word, s) || seen[index_of(s)]) return std::nullopt;
+        seen[index_of(s)] = true;
         auto& f = e.model.fits[index_of(s)];
         int fitted = 0;
-        if (!(in >> word >> f.fixed_ns >> f.per_unit_ns >> fitted) || word != to_string(s) || (fitted != 0 && fitted != 1))
-            return std::nullopt;
+        if (!(in >> f.fixed_ns >> f.per_unit_ns >> fitted) || (fitted != 0 && fitted != 1)) return std::nullopt;
         if (!std::isfinite(f.fixed_ns) || !std::isfinite(f.per_unit_ns)) return std::nullopt;
         f.fitted = fitted == 1;
     }
     std::uint64_t lo = 0, hi = 0;
-    if (!(in >> word >> e.model.cold_ns) || word != "cold_ns" || !finite_nonnegative(e.model.cold_ns)) return std::nullopt;
+    if (word != "cold_ns" || !(in >> e.model.cold_ns) || !finite_nonnegative(e.model.cold_ns)) return std::nullopt;
     if (!(in >> word >> lo >> hi) || word != "range" || lo == 0 || hi < lo) return std::nullopt;
     if (!read_breakpoints(in, "cached", lo, hi, e.cached) || !read_breakpoints(in, "cold", lo, hi, e.cold)) return std::nullopt;
     if (in >> word) return std::nullopt; // trailing words: not this format

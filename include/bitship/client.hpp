@@ -135,6 +135,13 @@ struct GetStep {
     std::uint32_t length = 0;
 };
 
+/// One call of a walk of shipped calls (Client::ship_chain): the walk's kernel on `target`
+/// (which must outlive the walk) with `args`.
+struct ShipStep {
+    const Target* target = nullptr;
+    Bytes args;
+};
+
 /// The result of one call. Completes exactly once: with the kernel's reply bytes, or with an
 /// error (the agent's message, a timeout, a disconnect). Never hangs past the call's deadline.
 class Future {
@@ -277,6 +284,17 @@ public:
     /// result in `result`. It runs on the progress thread: keep it short, never block.
     using NextGet = std::function<std::optional<GetStep>(std::span<const std::byte> last, Bytes& result)>;
     Future get_chain(NextGet next);
+
+    /// A walk of dependent calls of one kernel that comes back here between them, where
+    /// forwarding from agent to agent (ShipOptions::peers) is not wanted or not cheaper. `next`
+    /// gets the reply of the last call (empty at first) and returns the next call, or nothing
+    /// when done, leaving the walk's answer in `result`; an error it returns ends the walk with
+    /// that error, as does any call's. It runs on whichever thread completes a call (often the
+    /// progress thread): keep it short, never block. The walk has one deadline,
+    /// options.call_timeout from now; `options` apply to every call (each target must be among
+    /// `options.peers` when those are given, and gets its index there from bs_self).
+    using NextShip = std::function<Result<std::optional<ShipStep>>(std::span<const std::byte> last, Bytes& result)>;
+    Future ship_chain(const Kernel& kernel, ShipOptions options, NextShip next);
 
     /// Ships an explicit bundle slice, skipping the client's slice choice: the agent makes its
     /// own checks. For tools and tests of the agent's checks.

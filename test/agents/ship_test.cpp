@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <thread>
@@ -367,6 +368,82 @@ TEST_CASE("a caller waiting on its future receives its result itself, leading pr
         // The background thread only gets a reply that arrives before the caller starts waiting.
         CHECK(by_waiter > by_background);
     }
+}
+
+TEST_CASE("ship_chain: dependent calls come back here between them; any failure ends the walk with it", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO("transport " << transport);
+    AgentProcess a(transport), b(transport);
+    auto client = make_client(transport);
+    const std::vector<Target> agents{connect(client, a), connect(client, b)};
+    auto u64 = [](std::span<const std::byte> bytes) {
+        std::uint64_t v = 0;
+        REQUIRE(bytes.size() == sizeof v);
+        std::memcpy(&v, bytes.data(), sizeof v);
+        return v;
+    };
+    // Count to 10 one call at a time, alternating agents: each call's answer makes the next.
+    const auto runs_before = client.stats().runs_sent;
+    unsigned calls = 0;
+    auto counted = client.ship_chain(behaviour_kernels::add, {},
+                                     [&](std::span<const std::byte> last, Bytes& result) -> Result<std::optional<ShipStep>> {
+                                         const std::uint64_t v = last.empty() ? 0 : u64(last);
+                                         if (v == 10) {
+                                             result.assign(last.begin(), last.end());
+                                             return std::nullopt;
+                                         }
+                                         return ShipStep{&agents[calls++ % 2], Client::pack_args(v, std::uint64_t{1})};
+                                     });
+    auto ten = counted.get_as<std::uint64_t>();
+    INFO(a.log() << b.log());
+    REQUIRE(ten);
+    CHECK(*ten == 10);
+    CHECK(calls == 10);
+    CHECK(client.stats().runs_sent - runs_before == 10);
+
+    // A call's error ends the walk with it, naming the kernel's message.
+    auto failing = client.ship_chain(behaviour_kernels::fail_with_42, {},
+                                     [&](std::span<const std::byte> last, Bytes&) -> Result<std::optional<ShipStep>> {
+                                         if (!last.empty()) FAIL("a failed call must not be followed");
+                                         return ShipStep{&agents[0], {}};
+                                     });
+    auto r = failing.get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::kernel_failed);
+    CHECK(r.error().message.find("not allowed here") != std::string::npos);
+
+    // An error from the walk's own step, a throw, a step without a target.
+    auto refused = client.ship_chain(behaviour_kernels::add, {}, [&](std::span<const std::byte> last, Bytes&) -> Result<std::optional<ShipStep>> {
+        if (last.empty()) return ShipStep{&agents[1], Client::pack_args(std::uint64_t{1}, std::uint64_t{2})};
+        return fail(Errc::malformed_message, "the walk did not like " + std::to_string(u64(last)));
+    });
+    r = refused.get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::malformed_message);
+    CHECK(r.error().message == "the walk did not like 3");
+    auto thrown = client.ship_chain(behaviour_kernels::add, {}, [](std::span<const std::byte>, Bytes&) -> Result<std::optional<ShipStep>> {
+        throw std::runtime_error("step exploded");
+    });
+    r = thrown.get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::internal);
+    CHECK(r.error().message.find("step exploded") != std::string::npos);
+    auto nowhere = client.ship_chain(behaviour_kernels::add, {}, [](std::span<const std::byte>, Bytes&) -> Result<std::optional<ShipStep>> {
+        return ShipStep{nullptr, {}};
+    });
+    r = nowhere.get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::invalid_argument);
+    // A target outside the walk's peer table is refused before anything is sent.
+    ShipOptions only_a;
+    only_a.peers = {agents[0]};
+    auto outside = client.ship_chain(behaviour_kernels::add, only_a, [&](std::span<const std::byte>, Bytes&) -> Result<std::optional<ShipStep>> {
+        return ShipStep{&agents[1], Client::pack_args(std::uint64_t{1}, std::uint64_t{2})};
+    });
+    r = outside.get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::invalid_argument);
+    CHECK(client.stats().stray_replies == 0);
 }
 
 TEST_CASE("several threads waiting at once: one leads, the others are handed their results", "[integration]") {

@@ -79,19 +79,37 @@ template <class T> T value_of(const Bytes& b) {
     return out;
 }
 
-// Every strategy's answer for each size, byte for byte against expected().
+// Every strategy's answer for each size, byte for byte against expected(); reship too where
+// the op offers it (a walk over several agents). A fan-out refuses reship by name.
 void check_op(Op& op, std::initializer_list<std::uint64_t> sizes, const Cluster& cluster) {
     for (auto size : sizes) {
         if (size > op.max_size()) continue; // past one agent's block, with one agent
         auto want = op.expected(size);
-        for (auto s : kStrategies) {
+        for (auto s : {Strategy::get, Strategy::native, Strategy::xrdma, Strategy::reship}) {
             INFO(op.name() << " " << op.size_name() << " " << size << " by " << to_string(s));
             auto got = op.start(s, size).get();
             INFO((got ? std::string("ok") : got.error().describe() + "\n" + cluster.logs()));
+            const bool walk = op.name() == "chase" || op.name() == "lookup";
+            CHECK(op.offers(s) == (s != Strategy::reship || (walk && cluster.targets.size() > 1)));
+            if (s == Strategy::reship && !walk) {
+                REQUIRE_FALSE(got);
+                CHECK(got.error().code == Errc::invalid_argument);
+                CHECK(got.error().message.find("reship is for walks") != std::string::npos);
+                continue;
+            }
             REQUIRE(got);
             CHECK(*got == want);
         }
     }
+}
+
+std::uint64_t agent_counter(Client& client, const Target& t, const std::string& name) {
+    auto all = client.agent_stats(t);
+    REQUIRE(all);
+    for (const auto& [k, v] : *all)
+        if (k == name) return v;
+    FAIL("agent has no counter " << name);
+    return 0;
 }
 
 } // namespace
@@ -143,6 +161,46 @@ TEST_CASE("every op gives the same answer by get, native and shipped on 1 and 4 
         CHECK(r.position == p);
     }
     CHECK(cluster.client.stats().stray_replies == 0);
+}
+
+TEST_CASE("reship walks come back here at every crossing between agents and never forward", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO(transport);
+    auto cluster = start_cluster(transport, 4);
+    auto chase = ChaseOp::create(cluster.client, cluster.targets, kNodesPerAgent, kSeed);
+    REQUIRE(chase);
+    constexpr std::uint64_t depth = 300;
+    // The calls a come-back walk makes: one, plus one per hop onto another agent's node.
+    const auto& list = (*chase)->list();
+    std::uint64_t crossings = 0, addr = ChaseList::address_of(0, 0);
+    for (std::uint64_t i = 0; i < depth; ++i) {
+        auto next = list.walk(addr, 1).addr;
+        crossings += BS_CHASE_OWNER(next) != BS_CHASE_OWNER(addr) && i + 1 < depth;
+        addr = next;
+    }
+    REQUIRE(crossings > depth / 2); // random sharding over 4 agents: about 3 in 4 hops cross
+
+    auto forwards = [&] {
+        std::uint64_t n = 0;
+        for (const auto& t : cluster.targets) n += agent_counter(cluster.client, t, "forwards");
+        return n;
+    };
+    const auto forwards_before = forwards();
+    const auto runs_before = cluster.client.stats().runs_sent;
+    auto got = (*chase)->start(Strategy::reship, depth).get();
+    INFO((got ? std::string("ok") : got.error().describe() + "\n" + cluster.logs()));
+    REQUIRE(got);
+    CHECK(*got == (*chase)->expected(depth));
+    CHECK(cluster.client.stats().runs_sent - runs_before == 1 + crossings);
+    CHECK(forwards() == forwards_before);
+
+    // The same walk by xrdma: one call from here, the crossings forwarded agent to agent.
+    const auto runs_mid = cluster.client.stats().runs_sent;
+    auto forwarded = (*chase)->start(Strategy::xrdma, depth).get();
+    REQUIRE(forwarded);
+    CHECK(*forwarded == *got);
+    CHECK(cluster.client.stats().runs_sent - runs_mid == 1);
+    CHECK(forwards() - forwards_before == crossings);
 }
 
 TEST_CASE("typed reduce and filter over ranges that start mid-agent; a missing key is not found", "[integration]") {

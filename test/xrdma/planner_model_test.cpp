@@ -30,6 +30,19 @@ public:
     Bytes expected(std::uint64_t) const override { return {}; }
 };
 
+/// The same walk over 4 agents: 3 hops in 4 cross to another agent.
+class SpreadWalk final : public Op {
+public:
+    std::string_view name() const noexcept override { return "spread"; }
+    std::string_view size_name() const noexcept override { return "depth"; }
+    std::uint64_t max_size() const noexcept override { return 1u << 20; }
+    const Kernel& kernel() const noexcept override { return xrdma_kernels::chase; }
+    OpWork work(std::uint64_t size) const override { return {size, 16 * size, size, size * 3 / 4, 16, 4}; }
+    bool offers(Strategy) const noexcept override { return true; }
+    Future start(Strategy, std::uint64_t) override { return {}; }
+    Bytes expected(std::uint64_t) const override { return {}; }
+};
+
 OpModel tcp_like() {
     OpModel m;
     m.link = {20'000, 25'000, 0.1, 0, false};
@@ -59,6 +72,30 @@ TEST_CASE("a fit recovers the per-unit and fixed costs of timed runs beyond the 
     f = fit(op, model.link, Strategy::get, samples);
     CHECK(f.per_unit_ns == Approx(0).margin(1e-6));
     CHECK(f.fixed_ns == Approx(500).epsilon(1e-6));
+}
+
+TEST_CASE("reship pays a round trip here per crossing; it wins where agent-to-agent forwards cost more", "[unit]") {
+    SpreadWalk op;
+    auto model = tcp_like();
+    model.fits[index_of(Strategy::reship)] = model.fits[index_of(Strategy::xrdma)];
+    const auto w = op.work(100);
+    REQUIRE(w.forwards == 75);
+    // Same fits: reship is xrdma plus 75 client round trips, and its terms say so.
+    CHECK(estimate_ns(model, Strategy::reship, w, true) - estimate_ns(model, Strategy::xrdma, w, true) ==
+          Approx(75 * model.link.rtt_ns));
+    CHECK(explain(model, Strategy::reship, w, true).terms.find("76 × rtt") != std::string::npos);
+    // Cold, both pay the code once per agent the walk reaches.
+    CHECK(estimate_ns(model, Strategy::reship, w, false) - estimate_ns(model, Strategy::reship, w, true) ==
+          Approx(4 * model.cold_ns));
+    const std::vector<Strategy> both{Strategy::xrdma, Strategy::reship};
+    auto near = Breakpoints::compute(model, op, 1, 4096, true, both);
+    REQUIRE(near.segments().size() == 1);
+    CHECK(near.at(1000) == Strategy::xrdma);
+    // Agents far from each other (a forward costs 200 µs a hop) and near this client: come back.
+    model.fits[index_of(Strategy::xrdma)].per_unit_ns = 200'000;
+    auto far = Breakpoints::compute(model, op, 4, 4096, true, both);
+    CHECK(far.at(4) == Strategy::reship);
+    CHECK(far.at(4096) == Strategy::reship);
 }
 
 TEST_CASE("breakpoints sit where the cheapest strategy changes, cold code moving them up", "[unit]") {
@@ -102,12 +139,20 @@ TEST_CASE("wisdom written to a file reads back the same, and lines that do not p
         std::ofstream out(path, std::ios::app);
         out << "walk@x probed 1 2 3\n"                                     // cut short
             << "walk@y probed 1 1 1 0 link nan 1 1 0 fit get 0 0 1 native 0 0 1 xrdma 0 0 1 cold_ns 0 range 1 2 cached 1 1:get cold 1 1:get\n"
-            << "walk@z probed 1 1 1 0 link 1 1 1 0 fit get 0 0 1 native 0 0 1 xrdma 0 0 1 cold_ns 0 range 1 2 cached 1 1:teleport cold 1 1:get\n";
+            << "walk@z probed 1 1 1 0 link 1 1 1 0 fit get 0 0 1 native 0 0 1 xrdma 0 0 1 cold_ns 0 range 1 2 cached 1 1:teleport cold 1 1:get\n"
+            << "walk@dup probed 1 1 1 0 link 1 1 1 0 fit get 0 0 1 get 0 0 1 cold_ns 0 range 1 2 cached 1 1:get cold 1 1:get\n"
+            // Written before reship existed: reads, with reship unfitted.
+            << "walk@old probed 1 1 1 0 link 1 1 1 0 fit get 5 0 1 native 6 0 1 xrdma 7 0 1 cold_ns 0 range 1 2 cached 1 1:get cold 1 1:get\n";
     }
     auto w = Wisdom::load(path);
     REQUIRE(w);
-    CHECK(w->size() == 1);
-    CHECK(w->skipped() == 3);
+    CHECK(w->size() == 2);
+    CHECK(w->skipped() == 4);
+    const auto* old = w->find("walk@old");
+    REQUIRE(old != nullptr);
+    CHECK(old->model.fits[index_of(Strategy::xrdma)].fixed_ns == 7);
+    CHECK(old->model.fits[index_of(Strategy::xrdma)].fitted);
+    CHECK_FALSE(old->model.fits[index_of(Strategy::reship)].fitted);
     const auto* back = w->find("walk@127.0.0.1:1#00ff");
     REQUIRE(back != nullptr);
     CHECK(back->cached == e.cached);

@@ -1,7 +1,9 @@
 /* The pointer chase, as a kernel: walk `remaining` nodes of a linked list that lives in the
  * agents' "chase" regions, starting at global address `addr`, summing payloads. While the
  * next node is here, walk locally; when it lives on another agent, forward the walk there
- * (bs_forward), so the last agent answers the caller directly.
+ * (bs_forward), so the last agent answers the caller directly. Called with a
+ * bs_chase_come_back instead, it answers where the walk stands (a bs_chase_args) and the caller
+ * ships it on.
  *
  * The same source is compiled twice: to bitcode (what bitship ships) and natively into xagent
  * (the pre-installed handler it is measured against), so the two differ only in who compiled
@@ -17,8 +19,16 @@
 BS_KERNEL(BS_CHASE_ENTRY) {
     size_t len = 0;
     const struct bs_chase_args* in = (const struct bs_chase_args*)bs_args(ctx, &len);
-    if (len != sizeof *in) {
-        bs_fail(ctx, BS_CHASE_EARGS, "chase: expected {addr, remaining, sum}");
+    int come_back = 0;
+    if (len == sizeof(struct bs_chase_come_back)) {
+        const struct bs_chase_come_back* cb = (const struct bs_chase_come_back*)in;
+        if (cb->come_back != 1) {
+            bs_fail(ctx, BS_CHASE_EARGS, "chase: come_back must be 1");
+            return;
+        }
+        come_back = 1;
+    } else if (len != sizeof *in) {
+        bs_fail(ctx, BS_CHASE_EARGS, "chase: expected {addr, remaining, sum} or {addr, remaining, sum, come_back}");
         return;
     }
     size_t size = 0;
@@ -40,6 +50,10 @@ BS_KERNEL(BS_CHASE_ENTRY) {
                 return;
             }
             struct bs_chase_args next = {addr, remaining, sum};
+            if (come_back) {
+                bs_reply(ctx, &next, sizeof next);
+                return;
+            }
             if (bs_forward(ctx, (uint32_t)owner, &next, sizeof next) != BS_OK && !peers) {
                 bs_fail(ctx, BS_CHASE_ENOPEER, "chase: cannot forward");
             }

@@ -22,6 +22,14 @@ struct bs_chase_args {
     uint64_t sum;       /* payloads summed so far */
 };
 
+/* The walk that comes back to its caller (strategy reship) instead of forwarding: where the next
+ * node lives on another agent, the kernel answers the bs_chase_args to go on with there, and the
+ * caller ships it to that agent. */
+struct bs_chase_come_back {
+    struct bs_chase_args walk;
+    uint64_t come_back; /* 1 */
+};
+
 struct bs_chase_result {
     uint64_t addr; /* the node reached after the last hop */
     uint64_t sum;  /* payloads of every node visited before it */

@@ -1,7 +1,8 @@
 /* Hash-table lookup, as a kernel: walk the chain of one bucket of a table spread over the
  * agents' "hash" regions until the key is found or the chain ends. While the next entry is
  * here, walk locally; when it lives on another agent, forward the walk there (bs_forward), so
- * the agent holding the last entry read answers the caller directly.
+ * the agent holding the last entry read answers the caller directly. With come_back set, it
+ * answers the bs_hash_args to go on with instead, and the caller ships them on.
  *
  * The same source is compiled twice: to bitcode (what bitship ships) and natively into xagent
  * (BS_HASH_LOOKUP_ENTRY=bs_native_hash_lookup). */
@@ -17,11 +18,11 @@ BS_KERNEL(BS_HASH_LOOKUP_ENTRY) {
     size_t len = 0;
     const struct bs_hash_args* in = (const struct bs_hash_args*)bs_args(ctx, &len);
     if (len != sizeof *in) {
-        bs_fail(ctx, BS_HASH_EARGS, "hash_lookup: expected {key, addr, position, limit, at_bucket, reserved} (32 bytes)");
+        bs_fail(ctx, BS_HASH_EARGS, "hash_lookup: expected {key, addr, position, limit, at_bucket, come_back} (32 bytes)");
         return;
     }
-    if (in->at_bucket > 1 || in->reserved != 0 || in->position > in->limit) {
-        bs_fail(ctx, BS_HASH_EARGS, "hash_lookup: at_bucket must be 0 or 1, reserved 0, position at most limit");
+    if (in->at_bucket > 1 || in->come_back > 1 || in->position > in->limit) {
+        bs_fail(ctx, BS_HASH_EARGS, "hash_lookup: at_bucket and come_back must be 0 or 1, position at most limit");
         return;
     }
     size_t size = 0;
@@ -45,7 +46,11 @@ BS_KERNEL(BS_HASH_LOOKUP_ENTRY) {
                 bs_fail(ctx, BS_HASH_ENOPEER, "hash_lookup: the next entry lives on an agent outside the peer table");
                 return;
             }
-            struct bs_hash_args next = {key, addr, position, limit, at_bucket, 0};
+            struct bs_hash_args next = {key, addr, position, limit, at_bucket, in->come_back};
+            if (in->come_back) {
+                bs_reply(ctx, &next, sizeof next);
+                return;
+            }
             int rc = bs_forward(ctx, (uint32_t)owner, &next, sizeof next);
             /* Forwarded, or the hop budget is spent and the caller told so. */
             if (rc != BS_OK && rc != BS_EHOPS) bs_fail(ctx, BS_HASH_ENOPEER, "hash_lookup: cannot forward the walk");

@@ -25,7 +25,8 @@ struct bs_hash_args {
     uint32_t position;  /* entries read so far */
     uint32_t limit;     /* entries the walk may read before it fails (a cycle in the table) */
     uint32_t at_bucket; /* 1: addr is a bucket slot; 0: an entry */
-    uint32_t reserved;  /* 0 */
+    uint32_t come_back; /* 0: forward the walk between agents; 1: answer the bs_hash_args to go on
+                           with where the next entry lives on another agent (strategy reship) */
 };
 
 struct bs_hash_result {
