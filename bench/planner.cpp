@@ -290,8 +290,14 @@ int main(int argc, char** argv) {
                 auto planner = Planner::open(client, agents, po);
                 if (!planner) throw std::runtime_error(planner.error().describe());
                 const auto& lk = planner->link();
-                fmt::print("-- {} × {}: link rtt {}, GET {} + {:.3g} ns/B{}\n", tl, n, format_ns(lk.rtt_ns), format_ns(lk.get_ns),
+                fmt::print("-- {} × {}: link rtt {}, GET {} + {:.3g} ns/B{}", tl, n, format_ns(lk.rtt_ns), format_ns(lk.get_ns),
                            lk.get_ns_per_byte, lk.mapped ? " (mapped)" : "");
+                if (n > 1) {
+                    std::vector<std::string> each;
+                    for (const auto& l : planner->links()) each.push_back(fmt::format("{}/{}", format_ns(l.rtt_ns), format_ns(l.get_ns)));
+                    fmt::print(" (the agents' mean; rtt/GET each: {})", fmt::join(each, ", "));
+                }
+                fmt::print("\n");
                 for (const auto& spec : op_specs()) {
                     if (std::find(cfg.ops.begin(), cfg.ops.end(), spec.name) == cfg.ops.end()) continue;
                     auto op = make_op(spec.name, client, agents);

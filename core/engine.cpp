@@ -508,6 +508,11 @@ bool Engine::iterate() {
     if (!did && ++idle_passes_ % kClockEvery != 0) return false;
     auto now = Clock::now();
     now_ = now;
+    // Polling with nothing to do for a while, the thread lets any other runnable thread on its
+    // core go first: on a host with few cores, what it waits for (a peer just woken, UCX's own
+    // thread) may be queued behind it for a whole time slice. With nothing else runnable, this
+    // returns at once; replies that come within kYieldAfter never pay it.
+    if (!did && now - last_event_ >= kYieldAfter) std::this_thread::yield();
     if (now - last_tick_ >= kTick) {
         last_tick_ = now;
         if (hooks_.on_tick) hooks_.on_tick();

@@ -58,9 +58,10 @@ struct Planner::Impl {
     Client* client = nullptr;
     std::vector<Target> agents;
     PlannerOptions options;
-    LinkFigures link;
+    std::vector<LinkFigures> links; ///< by agent, as probed (the lowest latencies of every probe)
+    LinkFigures link;               ///< what the models start from: the agents' mean
     int probes = 1;
-    RemoteRegion probe_region;
+    std::vector<RemoteRegion> probe_regions; ///< by agent
     std::optional<Wisdom> wisdom;
     std::map<const Op*, OpState> ops;
     std::map<std::uint64_t, AgentRecord> records; // by Target::id()
@@ -141,15 +142,45 @@ struct Planner::Impl {
         if (v.size() > kSamplesKept) v.erase(v.begin());
     }
 
-    /// Probes again, keeping the lower of each latency: an agent descheduled for a moment (a
-    /// loaded host; a progress thread found asleep) spoils a whole probe's round trips.
-    void probe_again() {
-        ++probes;
-        if (auto again = probe_link(*client, agents.front(), probe_region, options.probe_budget)) {
-            link.rtt_ns = std::min(link.rtt_ns, again->rtt_ns);
-            link.get_ns = std::min(link.get_ns, again->get_ns);
-            link.get_ns_per_byte = std::min(link.get_ns_per_byte, again->get_ns_per_byte);
+    /// Probes every agent's link (one at a time: probes running at once would measure each
+    /// other). The first probe's failure is the error; later ones keep what was measured.
+    Result<void> probe_all() {
+        const bool first = links.empty();
+        if (!first) ++probes;
+        for (std::size_t i = 0; i < agents.size(); ++i) {
+            auto figures = probe_link(*client, agents[i], probe_regions[i], options.probe_budget);
+            if (!figures) {
+                if (first) return tl::make_unexpected(figures.error());
+                continue;
+            }
+            if (first) {
+                links.push_back(*figures);
+                continue;
+            }
+            // The lower of each latency: an agent descheduled for a moment (a loaded host; a
+            // progress thread found asleep) spoils a whole probe's round trips.
+            auto& l = links[i];
+            l.rtt_ns = std::min(l.rtt_ns, figures->rtt_ns);
+            l.get_ns = std::min(l.get_ns, figures->get_ns);
+            l.get_ns_per_byte = std::min(l.get_ns_per_byte, figures->get_ns_per_byte);
         }
+        link = combined(links);
+        return {};
+    }
+
+    /// The agents' figures as one link: their mean (a walk visits them alike; a fan-out waits
+    /// on all of them at once). Mapped only when every agent is.
+    static LinkFigures combined(const std::vector<LinkFigures>& all) {
+        LinkFigures out = all.front();
+        if (all.size() == 1) return out;
+        out.rtt_ns = out.get_ns = out.get_ns_per_byte = 0;
+        for (const auto& l : all) {
+            out.rtt_ns += l.rtt_ns / static_cast<double>(all.size());
+            out.get_ns += l.get_ns / static_cast<double>(all.size());
+            out.get_ns_per_byte += l.get_ns_per_byte / static_cast<double>(all.size());
+            out.mapped = out.mapped && l.mapped;
+        }
+        return out;
     }
 
     /// One run by `s`, timed; the answer checked against the op's own when `check`.
@@ -307,12 +338,12 @@ Result<Planner> Planner::open(Client& client, std::vector<Target> agents, Planne
     impl->client = &client;
     impl->agents = std::move(agents);
     impl->options = std::move(options);
-    auto region = client.region(impl->agents.front(), impl->options.probe_region);
-    if (!region) return tl::make_unexpected(region.error());
-    impl->probe_region = std::move(*region);
-    auto link = probe_link(client, impl->agents.front(), impl->probe_region, impl->options.probe_budget);
-    if (!link) return tl::make_unexpected(link.error());
-    impl->link = *link;
+    for (const auto& a : impl->agents) {
+        auto region = client.region(a, impl->options.probe_region);
+        if (!region) return tl::make_unexpected(region.error());
+        impl->probe_regions.push_back(std::move(*region));
+    }
+    if (auto probed = impl->probe_all(); !probed) return tl::make_unexpected(probed.error());
     if (!impl->options.wisdom.empty()) {
         auto w = Wisdom::load(impl->options.wisdom);
         if (!w) return tl::make_unexpected(w.error());
@@ -350,7 +381,7 @@ Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
     // Before kept wisdom is set aside, or new wisdom made, the link is probed again
     // (kProbes in all, the lowest latencies kept): a change must show in every probe.
     const bool usable = kept != nullptr && same_range;
-    while (im.probes < kProbes && !(usable && link_matches(kept->probed, im.link, im.options.drift))) im.probe_again();
+    while (im.probes < kProbes && !(usable && link_matches(kept->probed, im.link, im.options.drift))) (void)im.probe_all();
     if (kept != nullptr && same_range && link_matches(kept->probed, im.link, im.options.drift)) {
         st.entry = *kept;
         ++im.stats.wisdom_hits;
@@ -443,6 +474,8 @@ bool Planner::code_cached(const Op& op) const {
 }
 
 const LinkFigures& Planner::link() const noexcept { return impl_->link; }
+
+const std::vector<LinkFigures>& Planner::links() const noexcept { return impl_->links; }
 
 const WisdomEntry* Planner::entry(const Op& op) const {
     const auto* st = impl_->find(op);

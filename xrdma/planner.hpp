@@ -52,7 +52,7 @@ struct PlannerOptions {
     double drift = 1.0;
     /// The link probe's time at open().
     std::chrono::microseconds probe_budget{5000};
-    /// A region every agent has, for the link probe's GETs.
+    /// A region every agent has, for the link probe's GETs (read only).
     std::string probe_region = "chase";
     /// What the planner may choose from (native needs the handler pre-installed at the agents);
     /// each operation is planned over those of them it offers (Op::offers).
@@ -95,8 +95,9 @@ struct PlannerStats {
 
 class Planner {
 public:
-    /// Probes the link to `agents[0]` (the figures every model starts from) and reads the
-    /// wisdom file. `agents` is the peer table the operations run over.
+    /// Probes the link to every agent (their mean is what every model starts from) and reads
+    /// the wisdom file. `agents` is the peer table the operations run over; each needs the
+    /// probe region.
     static Result<Planner> open(Client& client, std::vector<Target> agents, PlannerOptions options = {});
     Planner(Planner&&) noexcept;
     Planner& operator=(Planner&&) noexcept;
@@ -125,7 +126,10 @@ public:
     void code_evicted(const Op& op);
     [[nodiscard]] bool code_cached(const Op& op) const;
 
+    /// The link the models start from: the agents' mean.
     [[nodiscard]] const LinkFigures& link() const noexcept;
+    /// Each agent's link as probed, in the order of `agents`.
+    [[nodiscard]] const std::vector<LinkFigures>& links() const noexcept;
     [[nodiscard]] const WisdomEntry* entry(const Op& op) const;
     /// Agents whose runs have been persistently slower than predicted.
     [[nodiscard]] std::vector<std::string> slow_agents() const;
