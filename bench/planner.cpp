@@ -165,6 +165,15 @@ double run_us(Planner& planner, Op& op, std::uint64_t size, Strategy s) {
     return std::chrono::duration<double, std::micro>(r->second).count();
 }
 
+// Every timed run starts with the agents awake (an untimed ping to each just before), as the
+// planner's calibration runs do: otherwise whichever strategy follows a GET over mapped memory
+// (which never wakes an agent) pays the agents' wake-up and the next does not. What a call
+// after an idle spell costs is bench/ship_latency's row.
+void awaken(Client& client, const std::vector<Target>& agents) {
+    for (const auto& a : agents)
+        if (auto r = client.ping(a).get(); !r) throw std::runtime_error(fmt::format("ping {}: {}", a.info().address, r.error().describe()));
+}
+
 Result<void> evict(Client& client, const std::vector<Target>& agents, const Op& op) {
     auto view = BundleView::parse(op.kernel().bundle());
     if (!view) return tl::make_unexpected(view.error());
@@ -250,7 +259,8 @@ int main(int argc, char** argv) {
     fmt::print("planner: {} | ops {} | transports {} | agents {} | code {} | load {}\n"
                "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
                "  busy = a second client keeps every worker running a {}-turn kernel; agents: 1 worker each;\n"
-               "  every answer checked against the op's own; progress {} (client and agents); wisdom {}\n\n",
+               "  every answer checked against the op's own; each timed run starts with the agents awake (a ping each);\n"
+               "  progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
                fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves, cfg.burn_turns, cfg.progress, cfg.wisdom);
     fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10} {:>10} {:>10} {:>10} | {:>10} {:<7} {:<7} {:>6}\n", "op", "tl", "n",
@@ -355,6 +365,7 @@ int main(int argc, char** argv) {
                                         if (cold && ships_code(s)) {
                                             if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
                                         }
+                                        awaken(client, agents);
                                         samples[s].push_back(run_us(*planner, o, size, s));
                                     }
                                     if (cold) {
@@ -362,6 +373,7 @@ int main(int argc, char** argv) {
                                         planner->code_evicted(o);
                                     }
                                     Strategy chosen{};
+                                    awaken(client, agents);
                                     const auto t1 = Clock::now();
                                     auto answer = planner->run(o, size, &chosen);
                                     planned.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());

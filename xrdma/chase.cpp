@@ -1,6 +1,7 @@
 #include "chase.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -105,26 +106,13 @@ Future Chase::start(Strategy strategy, std::uint64_t start, std::uint64_t depth)
     options.hop_budget = static_cast<std::uint16_t>(std::min<std::uint64_t>(depth + 1, 0xffff));
     const Target& first = agents_[owner < agents_.size() ? owner : 0];
     if (strategy == Strategy::reship) {
-        bs_chase_come_back cb{args, 1};
-        Bytes first_args(sizeof cb);
-        std::memcpy(first_args.data(), &cb, sizeof cb);
-        ComeBackShape shape;
-        shape.final_size = sizeof(bs_chase_result);
-        shape.continue_size = sizeof(bs_chase_args);
-        shape.owner = [](std::span<const std::byte> a) {
-            bs_chase_args at;
-            std::memcpy(&at, a.data(), sizeof at);
-            return BS_CHASE_OWNER(at.addr);
-        };
-        shape.next_args = [](std::span<const std::byte> a) {
-            bs_chase_come_back next{{}, 1};
-            std::memcpy(&next.walk, a.data(), sizeof next.walk);
-            Bytes b(sizeof next);
-            std::memcpy(b.data(), &next, sizeof next);
-            return b;
-        };
-        return come_back_walk(*client_, xrdma_kernels::chase, agents_, owner < agents_.size() ? owner : 0, std::move(first_args),
-                              std::move(shape));
+        // The walk's state is its args; {state, come_back = 1} asks the kernel to come back.
+        const std::uint64_t come_back = 1;
+        Bytes suffix(sizeof come_back);
+        std::memcpy(suffix.data(), &come_back, sizeof come_back);
+        static_assert(sizeof(bs_chase_come_back) == sizeof(bs_chase_args) + sizeof come_back);
+        return come_back_walk(*client_, xrdma_kernels::chase, agents_, pack(args),
+                              {sizeof(bs_chase_result), sizeof(bs_chase_args), offsetof(bs_chase_args, addr), std::move(suffix)});
     }
     switch (strategy) {
     case Strategy::xrdma: return client_->ship_bytes(xrdma_kernels::chase, first, pack(args), options);

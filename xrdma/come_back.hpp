@@ -3,9 +3,7 @@
 // stands whenever its next step lives on another agent, and the walk is shipped on to that
 // agent from here (Client::ship_chain), instead of the agents forwarding it to each other.
 
-#include <cstdint>
-#include <functional>
-#include <span>
+#include <cstddef>
 #include <vector>
 
 #include <bitship/client.hpp>
@@ -16,16 +14,17 @@ namespace bitship::xrdma {
 struct ComeBackShape {
     std::size_t final_size = 0;    ///< the walk's answer
     std::size_t continue_size = 0; ///< where the walk stands, to ship on
-    /// Index in the agents of the agent to ship a `continue_size` answer to.
-    std::function<std::uint64_t(std::span<const std::byte> answer)> owner;
-    /// The arguments of that call, made from the answer.
-    std::function<Bytes(std::span<const std::byte> answer)> next_args;
+    /// Where in the walk's state the next step's global address sits (a uint64_t: the agent's
+    /// index in the peer table in its top 16 bits, as BS_CHASE_OWNER and BS_HASH_OWNER read it).
+    std::size_t address_at = 0;
+    /// Appended to the walk's state to make a call's arguments (what asks the kernel to come back).
+    Bytes suffix;
 };
 
-/// Ships `args` to agents[first] with `kernel`, then each `continue_size` answer on to the
-/// agent it names, until a `final_size` answer: the walk's. Any other size, or an owner outside
-/// `agents`, ends the walk with malformed_message. `agents` must outlive the walk.
-Future come_back_walk(Client& client, const Kernel& kernel, const std::vector<Target>& agents, std::size_t first, Bytes args,
-                      ComeBackShape shape);
+/// Ships `state` + suffix to the agent its address names, then each `continue_size` answer (the
+/// walk's state again) on to the agent it names, until a `final_size` answer: the walk's. Any
+/// other size fails with malformed_message; an address naming no agent of `agents`, with
+/// out_of_bounds. `agents` must outlive the walk.
+Future come_back_walk(Client& client, const Kernel& kernel, const std::vector<Target>& agents, Bytes state, ComeBackShape shape);
 
 } // namespace bitship::xrdma

@@ -3,6 +3,7 @@
 #include "come_back.hpp"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -156,18 +157,10 @@ Result<void> HashLookup::load(const HashTable& table) {
 Future HashLookup::start(Strategy strategy, std::uint64_t key) {
     std::uint64_t slot = bucket_slot(bucket_of(key, per_agent_ * agents_.size()), per_agent_);
     if (strategy == Strategy::reship) {
+        // come_back = 1 in the walk's state: the kernel answers the state to go on with.
         bs_hash_args args{key, slot, 0, limit_, 1, 1};
-        ComeBackShape shape;
-        shape.final_size = sizeof(bs_hash_result);
-        shape.continue_size = sizeof(bs_hash_args);
-        shape.owner = [](std::span<const std::byte> a) {
-            bs_hash_args at;
-            std::memcpy(&at, a.data(), sizeof at);
-            return BS_HASH_OWNER(at.addr);
-        };
-        shape.next_args = [](std::span<const std::byte> a) { return Bytes(a.begin(), a.end()); };
-        return come_back_walk(*client_, xrdma_hash_lookup_kernels::hash_lookup, agents_, BS_HASH_OWNER(slot), bytes_of(args),
-                              std::move(shape));
+        return come_back_walk(*client_, xrdma_hash_lookup_kernels::hash_lookup, agents_, bytes_of(args),
+                              {sizeof(bs_hash_result), sizeof(bs_hash_args), offsetof(bs_hash_args, addr), {}});
     }
     if (strategy != Strategy::get) {
         bs_hash_args args{key, slot, 0, limit_, 1, 0};

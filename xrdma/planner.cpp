@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <thread>
 
 #include <fmt/format.h>
@@ -23,6 +24,9 @@ constexpr auto kTierUpFloor = std::chrono::milliseconds(20);
 constexpr std::uint64_t kTierUpFactor = 8;
 constexpr std::uint8_t kCacheEvictType = 19; // wire::Type::cache_evict
 constexpr int kProbes = 4;
+/// Remote runs (and at least this many) that must all be recent for their lateness to count as a queue.
+constexpr std::size_t kLateRuns = 3;
+constexpr std::size_t kLateKept = 2 * kLateRuns;
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -52,6 +56,14 @@ struct Planner::Impl {
     struct AgentRecord {
         RunningFigure ratio;     ///< actual ÷ predicted
         RunningFigure excess_ns; ///< actual − predicted, for runs sent while it reported a full house
+        /// The latest cached remote runs: when, actual ÷ predicted, actual − predicted. A queue
+        /// the agent cannot report (calls waiting in the transport while its one worker runs a
+        /// long kernel) shows here.
+        struct Late {
+            Clock::time_point at;
+            double ratio, excess_ns;
+        };
+        std::deque<Late> recent;
         bool flagged = false;
     };
 
@@ -102,12 +114,31 @@ struct Planner::Impl {
         return taken < workers ? 0 : taken + 1 - workers;
     }
 
-    /// What `ahead` calls add to a remote call, each at what such waits have cost.
+    /// What a remote call waits at the owner: `ahead` reported calls, each at what such waits
+    /// have cost; or, when the owner's latest remote runs (within load_fresh) took at least
+    /// slow_factor × their prediction, the median of what they took beyond it.
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead) const {
-        if (ahead == 0) return 0;
         auto it = records.find(agents.front().id());
-        const double per_call = it == records.end() || it->second.excess_ns.count() == 0 ? 0 : it->second.excess_ns.p50();
-        return static_cast<double>(ahead) * std::max(per_call, 0.0);
+        if (it == records.end()) return 0;
+        const auto& rec = it->second;
+        double reported = 0;
+        if (ahead > 0 && rec.excess_ns.count() > 0) reported = static_cast<double>(ahead) * std::max(rec.excess_ns.p50(), 0.0);
+        if (rec.recent.size() < kLateRuns) return reported;
+        // No allocation: choose() calls this.
+        std::array<double, kLateKept> ratios{}, excess{};
+        std::size_t n = 0;
+        const auto now = Clock::now();
+        for (const auto& late : rec.recent)
+            if (now - late.at <= options.load_fresh) {
+                ratios[n] = late.ratio;
+                excess[n++] = late.excess_ns;
+            }
+        auto mid = [n](std::array<double, kLateKept>& v) {
+            std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
+            return v[n / 2];
+        };
+        if (n < kLateRuns || mid(ratios) < options.slow_factor) return reported;
+        return std::max(reported, mid(excess));
     }
     [[nodiscard]] double queue_wait_ns() const { return queue_wait_ns(calls_ahead()); }
 
@@ -296,6 +327,11 @@ struct Planner::Impl {
         const auto work = st.op->work(size);
         const double predicted = estimate_ns(st.entry.model, s, work, cached_before, wait);
         auto& rec = records[agents.front().id()];
+        if (s != Strategy::get && (cached_before || !ships_code(s))) {
+            const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
+            if (unloaded > 0) rec.recent.push_back({Clock::now(), actual_ns / unloaded, actual_ns - unloaded});
+            if (rec.recent.size() > kLateKept) rec.recent.pop_front();
+        }
         if (predicted > 0) rec.ratio.add(actual_ns / predicted);
         if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
         // Looked at every 8 runs: a median costs a sort.
