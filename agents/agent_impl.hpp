@@ -169,6 +169,11 @@ struct Agent::Impl {
 #define X(name) out.emplace_back(#name, counters.name.load(std::memory_order_relaxed));
         BITSHIP_AGENT_COUNTERS(X)
 #undef X
+        // The JIT's background work, read when asked: whoever times calls can wait for it.
+        if (jit) {
+            out.emplace_back("tier_ups_pending", jit->tier_ups_pending());
+            out.emplace_back("tier_ups", jit->tier_ups_finished());
+        }
         return out;
     }
 

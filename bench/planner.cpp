@@ -165,13 +165,31 @@ double run_us(Planner& planner, Op& op, std::uint64_t size, Strategy s) {
     return std::chrono::duration<double, std::micro>(r->second).count();
 }
 
-// Every timed run starts with the agents awake (an untimed ping to each just before), as the
-// planner's calibration runs do: otherwise whichever strategy follows a GET over mapped memory
-// (which never wakes an agent) pays the agents' wake-up and the next does not. What a call
-// after an idle spell costs is bench/ship_latency's row.
+// Every timed run starts with the agents awake and their JIT idle, as the planner's
+// calibration runs do: an
+// untimed empty native call to each just before (a walk of no hops: it goes through a worker,
+// as every strategy but GET does, where a ping is answered by the progress thread alone).
+// Otherwise whichever strategy follows a GET over mapped memory (which never wakes an agent)
+// pays the agents' wake-up and the next does not. What a call after an idle spell costs is
+// bench/ship_latency's row.
 void awaken(Client& client, const std::vector<Target>& agents) {
-    for (const auto& a : agents)
-        if (auto r = client.ping(a).get(); !r) throw std::runtime_error(fmt::format("ping {}: {}", a.info().address, r.error().describe()));
+    // And with no background tier-1 compile left from a cold run: on two cores it would slow
+    // whatever runs next.
+    const auto until = Clock::now() + std::chrono::seconds(2);
+    for (const auto& a : agents) {
+        for (;;) {
+            auto stats = client.agent_stats(a);
+            if (!stats) throw std::runtime_error(fmt::format("stats of {}: {}", a.info().address, stats.error().describe()));
+            auto pending = std::find_if(stats->begin(), stats->end(), [](const auto& kv) { return kv.first == "tier_ups_pending"; });
+            if (pending == stats->end() || pending->second == 0 || Clock::now() >= until) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+    }
+    for (unsigned i = 0; i < agents.size(); ++i) {
+        const bs_chase_args none{ChaseList::address_of(i, 0), 0, 0};
+        if (auto r = client.ship_native("chase", agents[i], Client::pack_args(none)).get(); !r)
+            throw std::runtime_error(fmt::format("waking {}: {}", agents[i].info().address, r.error().describe()));
+    }
 }
 
 Result<void> evict(Client& client, const std::vector<Target>& agents, const Op& op) {
@@ -259,7 +277,7 @@ int main(int argc, char** argv) {
     fmt::print("planner: {} | ops {} | transports {} | agents {} | code {} | load {}\n"
                "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
                "  busy = a second client keeps every worker running a {}-turn kernel; agents: 1 worker each;\n"
-               "  every answer checked against the op's own; each timed run starts with the agents awake (a ping each);\n"
+               "  every answer checked against the op's own; each timed run starts with the agents awake (an empty native call each);\n"
                "  progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
                fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves, cfg.burn_turns, cfg.progress, cfg.wisdom);

@@ -102,6 +102,8 @@ public:
 
     bool evict(const CodeHash& hash) override { return cache_->evict(hash); }
 
+    std::size_t tier_ups_pending() override { return tier_up_ ? tier_up_->pending() : 0; }
+    std::uint64_t tier_ups_finished() const override { return tier_up_ ? tier_up_->finished() : 0; }
     void drain_tier_ups() override {
         if (tier_up_) tier_up_->drain();
     }

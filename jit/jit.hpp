@@ -201,6 +201,9 @@ public:
     /// Blocks until every background tier-1 compile queued so far has finished (tests and
     /// benchmarks that want the steady state).
     virtual void drain_tier_ups() = 0;
+    /// Background tier-1 compiles queued or running now (0 with one tier), and finished so far.
+    [[nodiscard]] virtual std::size_t tier_ups_pending() = 0;
+    [[nodiscard]] virtual std::uint64_t tier_ups_finished() const = 0;
 
     /// Whether the disk cache holds `hash` (one stat call).
     [[nodiscard]] virtual bool on_disk(const CodeHash& hash) const = 0;

@@ -50,6 +50,11 @@ void TierUp::drain() {
     idle_.wait(lock, [this] { return stop_ || (queue_.empty() && !running_job_); });
 }
 
+std::size_t TierUp::pending() {
+    std::lock_guard lock(mutex_);
+    return queue_.size() + (running_job_ ? 1 : 0);
+}
+
 void TierUp::run() {
     // Best effort: an unprivileged thread may always lower its own priority.
     (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kTierUpNice);
@@ -69,6 +74,7 @@ void TierUp::run() {
         }
         lock.lock();
         running_job_ = false;
+        finished_.fetch_add(1, std::memory_order_relaxed);
         if (queue_.empty()) idle_.notify_all();
     }
     running_job_ = false;

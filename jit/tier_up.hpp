@@ -3,7 +3,9 @@
 // tier-0 compile, one at a time, oldest first, so callers never wait for the optimiser. Private
 // to jit/.
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <cstddef>
 #include <deque>
 #include <functional>
@@ -32,6 +34,10 @@ public:
 
     /// Blocks until the queue is empty and no job runs.
     void drain();
+    /// Jobs queued or running now.
+    [[nodiscard]] std::size_t pending();
+    /// Jobs finished so far (failed ones included).
+    [[nodiscard]] std::uint64_t finished() const noexcept { return finished_.load(std::memory_order_relaxed); }
 
 private:
     void run();
@@ -42,6 +48,7 @@ private:
     std::deque<std::pair<CodeHash, std::function<void()>>> queue_;
     std::set<CodeHash> queued_;
     bool running_job_ = false;
+    std::atomic<std::uint64_t> finished_{0};
     bool stop_ = false;
     std::thread thread_; // last: started once the members above exist
 };

@@ -21,6 +21,7 @@ constexpr auto kCalibrationRunLimit = std::chrono::milliseconds(400);
 /// How long calibration waits for the agents' optimised (tier-1) code after a compile.
 constexpr auto kTierUpWait = std::chrono::seconds(2);
 constexpr auto kTierUpFloor = std::chrono::milliseconds(20);
+constexpr auto kTierUpPoll = std::chrono::milliseconds(2);
 constexpr std::uint64_t kTierUpFactor = 8;
 constexpr std::uint8_t kCacheEvictType = 19; // wire::Type::cache_evict
 constexpr int kProbes = 4;
@@ -56,14 +57,14 @@ struct Planner::Impl {
     struct AgentRecord {
         RunningFigure ratio;     ///< actual ÷ predicted
         RunningFigure excess_ns; ///< actual − predicted, for runs sent while it reported a full house
-        /// The latest cached remote runs: when, actual ÷ predicted, actual − predicted. A queue
-        /// the agent cannot report (calls waiting in the transport while its one worker runs a
-        /// long kernel) shows here.
+        /// The latest runs (remote ones with cached code, and GETs): when, actual ÷ predicted,
+        /// actual − predicted. A queue the agent cannot report (calls waiting in the transport
+        /// while its one worker runs a long kernel) shows as remote runs late where GETs are not.
         struct Late {
             Clock::time_point at;
             double ratio, excess_ns;
         };
-        std::deque<Late> recent;
+        std::deque<Late> recent, recent_gets;
         bool flagged = false;
     };
 
@@ -116,7 +117,9 @@ struct Planner::Impl {
 
     /// What a remote call waits at the owner: `ahead` reported calls, each at what such waits
     /// have cost; or, when the owner's latest remote runs (within load_fresh) took at least
-    /// slow_factor × their prediction, the median of what they took beyond it.
+    /// slow_factor × their prediction, and that many times more than its latest GETs took over
+    /// theirs (a slow link or a model error makes both late; a queue, the remote runs only),
+    /// the median of what they took beyond it.
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead) const {
         auto it = records.find(agents.front().id());
         if (it == records.end()) return 0;
@@ -125,20 +128,28 @@ struct Planner::Impl {
         if (ahead > 0 && rec.excess_ns.count() > 0) reported = static_cast<double>(ahead) * std::max(rec.excess_ns.p50(), 0.0);
         if (rec.recent.size() < kLateRuns) return reported;
         // No allocation: choose() calls this.
-        std::array<double, kLateKept> ratios{}, excess{};
-        std::size_t n = 0;
         const auto now = Clock::now();
-        for (const auto& late : rec.recent)
-            if (now - late.at <= options.load_fresh) {
-                ratios[n] = late.ratio;
-                excess[n++] = late.excess_ns;
-            }
-        auto mid = [n](std::array<double, kLateKept>& v) {
+        auto fresh = [&](const std::deque<AgentRecord::Late>& from, std::array<double, kLateKept>& ratios,
+                         std::array<double, kLateKept>& excess) {
+            std::size_t n = 0;
+            for (const auto& late : from)
+                if (now - late.at <= options.load_fresh) {
+                    ratios[n] = late.ratio;
+                    excess[n++] = late.excess_ns;
+                }
+            return n;
+        };
+        auto mid = [](std::array<double, kLateKept>& v, std::size_t n) {
             std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
             return v[n / 2];
         };
-        if (n < kLateRuns || mid(ratios) < options.slow_factor) return reported;
-        return std::max(reported, mid(excess));
+        std::array<double, kLateKept> ratios{}, excess{}, get_ratios{}, get_excess{};
+        const std::size_t n = fresh(rec.recent, ratios, excess);
+        if (n < kLateRuns) return reported;
+        const std::size_t gets = fresh(rec.recent_gets, get_ratios, get_excess);
+        const double get_late = gets == 0 ? 1.0 : std::max(1.0, mid(get_ratios, gets));
+        if (mid(ratios, n) < options.slow_factor * get_late) return reported;
+        return std::max(reported, mid(excess, n));
     }
     [[nodiscard]] double queue_wait_ns() const { return queue_wait_ns(calls_ahead()); }
 
@@ -238,23 +249,32 @@ struct Planner::Impl {
         if (!all) return {};
         return {all->begin(), all->end()};
     }
-    /// After a compile since `marks`: waits out the agents' background tier-1 compile, so it
-    /// does not compete with the runs timed next. The agents do not report the swap, so this
-    /// waits kTierUpFactor times the fast compile's own time (its counters), at least
-    /// kTierUpFloor.
+    /// After a compile since `marks`: waits out the agents' background tier-1 compiles, so they
+    /// do not compete with the runs timed next: until every agent reports none pending
+    /// (tier_ups_pending), at most kTierUpWait. An agent too old to report it gets
+    /// kTierUpFactor times its fast compile's own time, at least kTierUpFloor.
     void await_tier_up(const std::vector<std::uint64_t>& marks) {
-        std::uint64_t longest_ns = 0;
+        const auto deadline = Clock::now() + kTierUpWait;
+        std::uint64_t guess_ns = 0;
         for (std::size_t i = 0; i < agents.size(); ++i) {
-            auto c = counters(agents[i]);
-            if (c.empty() || c["compiles"] == marks[i]) continue;
-            std::uint64_t ns = 0;
-            for (auto name : {"last_compile_verify_ns", "last_compile_parse_ns", "last_compile_optimise_ns",
-                              "last_compile_codegen_ns", "last_compile_link_ns"})
-                ns += c[name];
-            longest_ns = std::max(longest_ns, ns);
+            for (;;) {
+                auto c = counters(agents[i]);
+                if (c.empty() || c["compiles"] == marks[i]) break;
+                if (auto pending = c.find("tier_ups_pending"); pending != c.end()) {
+                    if (pending->second == 0 || Clock::now() >= deadline) break;
+                    std::this_thread::sleep_for(kTierUpPoll);
+                    continue;
+                }
+                std::uint64_t ns = 0;
+                for (auto name : {"last_compile_verify_ns", "last_compile_parse_ns", "last_compile_optimise_ns",
+                                  "last_compile_codegen_ns", "last_compile_link_ns"})
+                    ns += c[name];
+                guess_ns = std::max(guess_ns, ns);
+                break;
+            }
         }
-        if (longest_ns == 0) return;
-        const auto wait = std::max<std::chrono::nanoseconds>(kTierUpFloor, std::chrono::nanoseconds(longest_ns * kTierUpFactor));
+        if (guess_ns == 0) return;
+        const auto wait = std::max<std::chrono::nanoseconds>(kTierUpFloor, std::chrono::nanoseconds(guess_ns * kTierUpFactor));
         std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(wait, kTierUpWait));
     }
 
@@ -327,10 +347,11 @@ struct Planner::Impl {
         const auto work = st.op->work(size);
         const double predicted = estimate_ns(st.entry.model, s, work, cached_before, wait);
         auto& rec = records[agents.front().id()];
-        if (s != Strategy::get && (cached_before || !ships_code(s))) {
+        if (cached_before || !ships_code(s)) {
+            auto& recent = s == Strategy::get ? rec.recent_gets : rec.recent;
             const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
-            if (unloaded > 0) rec.recent.push_back({Clock::now(), actual_ns / unloaded, actual_ns - unloaded});
-            if (rec.recent.size() > kLateKept) rec.recent.pop_front();
+            if (unloaded > 0) recent.push_back({Clock::now(), actual_ns / unloaded, actual_ns - unloaded});
+            if (recent.size() > kLateKept) recent.pop_front();
         }
         if (predicted > 0) rec.ratio.add(actual_ns / predicted);
         if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));

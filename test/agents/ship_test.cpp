@@ -60,6 +60,29 @@ TEST_CASE("a shipped kernel returns the right result", "[integration]") {
     CHECK(*sum == 42);
 }
 
+TEST_CASE("an agent reports its background tier-1 compiles: pending after a first call, then finished", "[integration]") {
+    AgentProcess agent("tcp");
+    auto client = make_client("tcp");
+    auto target = connect(client, agent);
+    auto before = agent_counters(client, target);
+    REQUIRE(before.contains("tier_ups_pending"));
+    CHECK(before["tier_ups_pending"] == 0);
+    CHECK(before["tier_ups"] == 0);
+    REQUIRE(client.ship(behaviour_kernels::add, target, std::uint64_t{1}, std::uint64_t{2}).get());
+    // The fast compile served the call; the optimised one follows in the background.
+    auto deadline = std::chrono::steady_clock::now() + 20s;
+    std::map<std::string, std::uint64_t> now;
+    do {
+        now = agent_counters(client, target);
+        if (now["tier_ups_pending"] == 0 && now["tier_ups"] == 1) break;
+        std::this_thread::sleep_for(5ms);
+    } while (std::chrono::steady_clock::now() < deadline);
+    INFO(agent.log());
+    CHECK(now["tier_ups_pending"] == 0);
+    CHECK(now["tier_ups"] == 1);
+    CHECK(now["last_compile_tier"] == 0); // the call's own compile was the fast one
+}
+
 TEST_CASE("a cached kernel is not resent", "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     AgentProcess agent(transport);
