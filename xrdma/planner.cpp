@@ -65,6 +65,8 @@ struct Planner::Impl {
             double ratio, excess_ns;
         };
         std::deque<Late> recent, recent_gets;
+        double late_ns = 0;            ///< what the recent remote runs say a call waits (update_lateness)
+        Clock::time_point late_until;  ///< until when that holds
         bool flagged = false;
     };
 
@@ -116,40 +118,41 @@ struct Planner::Impl {
     }
 
     /// What a remote call waits at the owner: `ahead` reported calls, each at what such waits
-    /// have cost; or, when the owner's latest remote runs (within load_fresh) took at least
-    /// slow_factor × their prediction, and that many times more than its latest GETs took over
-    /// theirs (a slow link or a model error makes both late; a queue, the remote runs only),
-    /// the median of what they took beyond it.
+    /// have cost, or what its recent remote runs were late by (AgentRecord::late_ns), whichever
+    /// is more. Two loads and a clock read: choose() calls this.
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead) const {
         auto it = records.find(agents.front().id());
         if (it == records.end()) return 0;
         const auto& rec = it->second;
         double reported = 0;
         if (ahead > 0 && rec.excess_ns.count() > 0) reported = static_cast<double>(ahead) * std::max(rec.excess_ns.p50(), 0.0);
-        if (rec.recent.size() < kLateRuns) return reported;
-        // No allocation: choose() calls this.
+        const double late = rec.late_ns > 0 && Clock::now() < rec.late_until ? rec.late_ns : 0;
+        return std::max(reported, late);
+    }
+
+    /// After a run: whether the owner's latest remote runs (at least kLateRuns within
+    /// load_fresh) took slow_factor × their prediction or more, and that many times more than
+    /// its latest GETs took over theirs (a slow link or a model error makes both late; a queue,
+    /// the remote runs only). If so, what they took beyond it (the median) counts as a queue
+    /// until the oldest of them leaves the window.
+    void update_lateness(AgentRecord& rec) const {
+        rec.late_ns = 0;
         const auto now = Clock::now();
-        auto fresh = [&](const std::deque<AgentRecord::Late>& from, std::array<double, kLateKept>& ratios,
-                         std::array<double, kLateKept>& excess) {
-            std::size_t n = 0;
-            for (const auto& late : from)
-                if (now - late.at <= options.load_fresh) {
-                    ratios[n] = late.ratio;
-                    excess[n++] = late.excess_ns;
-                }
-            return n;
-        };
-        auto mid = [](std::array<double, kLateKept>& v, std::size_t n) {
-            std::nth_element(v.begin(), v.begin() + n / 2, v.begin() + n);
-            return v[n / 2];
-        };
-        std::array<double, kLateKept> ratios{}, excess{}, get_ratios{}, get_excess{};
-        const std::size_t n = fresh(rec.recent, ratios, excess);
-        if (n < kLateRuns) return reported;
-        const std::size_t gets = fresh(rec.recent_gets, get_ratios, get_excess);
-        const double get_late = gets == 0 ? 1.0 : std::max(1.0, mid(get_ratios, gets));
-        if (mid(ratios, n) < options.slow_factor * get_late) return reported;
-        return std::max(reported, mid(excess, n));
+        std::vector<double> ratios, excess, get_ratios;
+        Clock::time_point oldest = now;
+        for (const auto& late : rec.recent)
+            if (now - late.at <= options.load_fresh) {
+                ratios.push_back(late.ratio);
+                excess.push_back(late.excess_ns);
+                oldest = std::min(oldest, late.at);
+            }
+        if (ratios.size() < kLateRuns) return;
+        for (const auto& late : rec.recent_gets)
+            if (now - late.at <= options.load_fresh) get_ratios.push_back(late.ratio);
+        const double get_late = get_ratios.empty() ? 1.0 : std::max(1.0, median(get_ratios));
+        if (median(ratios) < options.slow_factor * get_late) return;
+        rec.late_ns = std::max(0.0, median(excess));
+        rec.late_until = oldest + options.load_fresh;
     }
     [[nodiscard]] double queue_wait_ns() const { return queue_wait_ns(calls_ahead()); }
 
@@ -352,6 +355,7 @@ struct Planner::Impl {
             const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
             if (unloaded > 0) recent.push_back({Clock::now(), actual_ns / unloaded, actual_ns - unloaded});
             if (recent.size() > kLateKept) recent.pop_front();
+            update_lateness(rec);
         }
         if (predicted > 0) rec.ratio.add(actual_ns / predicted);
         if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
