@@ -19,6 +19,7 @@
 #include "chase_op.hpp"
 #include "filter.hpp"
 #include "hash_lookup.hpp"
+#include "cluster.hpp"
 #include "launcher.hpp"
 #include "reduce.hpp"
 
@@ -26,6 +27,7 @@ using namespace bitship;
 using namespace std::chrono_literals;
 using launch::AgentProcess;
 using namespace bitship::xrdma;
+using test::Cluster;
 
 namespace {
 
@@ -42,34 +44,8 @@ std::vector<std::string> op_regions() {
             fmt::format("hash={}", HashTable::region_bytes(kBucketsPerAgent, kChain))};
 }
 
-struct Cluster {
-    std::vector<std::unique_ptr<AgentProcess>> agents;
-    Client client;
-    std::vector<Target> targets;
-    std::string logs() const {
-        std::string out;
-        for (const auto& a : agents) out += a->log();
-        return out;
-    }
-};
-
-Cluster start_cluster(const std::string& transport, unsigned n, std::vector<std::string> extra = op_regions()) {
-    std::vector<std::unique_ptr<AgentProcess>> agents;
-    for (unsigned i = 0; i < n; ++i) agents.push_back(std::make_unique<AgentProcess>(transport, extra));
-    ClientOptions o;
-    o.transport = *parse_transport(transport);
-    o.loopback_only = true;
-    o.call_timeout = 20s;
-    auto client = Client::create(o);
-    REQUIRE(client);
-    Cluster c{std::move(agents), std::move(*client), {}};
-    for (auto& a : c.agents) {
-        auto t = c.client.connect(a->address());
-        INFO(a->log());
-        REQUIRE(t);
-        c.targets.push_back(*t);
-    }
-    return c;
+Cluster start_cluster(const std::string& transport, unsigned n, const std::vector<std::string>& extra = op_regions()) {
+    return test::start_cluster(transport, n, extra, 20s);
 }
 
 template <class T> T value_of(const Bytes& b) {
@@ -104,12 +80,9 @@ void check_op(Op& op, std::initializer_list<std::uint64_t> sizes, const Cluster&
 }
 
 std::uint64_t agent_counter(Client& client, const Target& t, const std::string& name) {
-    auto all = client.agent_stats(t);
-    REQUIRE(all);
-    for (const auto& [k, v] : *all)
-        if (k == name) return v;
-    FAIL("agent has no counter " << name);
-    return 0;
+    auto all = test::counters(client, t);
+    REQUIRE(all.contains(name));
+    return all[name];
 }
 
 } // namespace

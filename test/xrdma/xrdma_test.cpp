@@ -18,6 +18,7 @@
 
 #include "chase.hpp"
 #include "core/wire.hpp"
+#include "cluster.hpp"
 #include "launcher.hpp"
 
 using namespace bitship;
@@ -27,40 +28,16 @@ using xrdma::Chase;
 using xrdma::ChaseList;
 using xrdma::Strategy;
 
+using test::Cluster;
+using test::counters;
+
 namespace {
 
 constexpr std::uint64_t kNodesPerAgent = 1 << 12;
 constexpr std::uint64_t kSeed = 2026;
 
-struct Cluster {
-    std::vector<std::unique_ptr<AgentProcess>> agents;
-    Client client;
-    std::vector<Target> targets;
-};
-
-Cluster start_cluster(const std::string& transport, unsigned n, std::vector<std::string> extra = {"--region", "chase=1M"}) {
-    std::vector<std::unique_ptr<AgentProcess>> agents;
-    for (unsigned i = 0; i < n; ++i) agents.push_back(std::make_unique<AgentProcess>(transport, extra));
-    ClientOptions o;
-    o.transport = *parse_transport(transport);
-    o.loopback_only = true;
-    o.call_timeout = 30s;
-    auto client = Client::create(o);
-    REQUIRE(client);
-    Cluster c{std::move(agents), std::move(*client), {}};
-    for (auto& a : c.agents) {
-        auto t = c.client.connect(a->address());
-        INFO(a->log());
-        REQUIRE(t);
-        c.targets.push_back(*t);
-    }
-    return c;
-}
-
-std::map<std::string, std::uint64_t> counters(Client& client, const Target& t) {
-    auto s = client.agent_stats(t);
-    REQUIRE(s);
-    return {s->begin(), s->end()};
+Cluster start_cluster(const std::string& transport, unsigned n, const std::vector<std::string>& extra = {"--region", "chase=1M"}) {
+    return test::start_cluster(transport, n, extra);
 }
 
 } // namespace
