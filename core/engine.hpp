@@ -250,7 +250,7 @@ private:
     std::chrono::steady_clock::time_point now_{};
     static constexpr unsigned kClockEvery = 16;
     /// Idle polling this long starts yielding the core at each clock read (iterate()).
-    static constexpr auto kYieldAfter = std::chrono::microseconds(20);
+    static constexpr auto kYieldAfter = std::chrono::microseconds(2);
     unsigned idle_passes_ = 0;
     std::atomic<bool> guest_leading_{false}; ///< a guest holds the token and progresses
     std::atomic<bool> guest_busy_{false};    ///< a guest let the token go to run a kernel
