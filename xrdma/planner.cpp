@@ -117,15 +117,18 @@ struct Planner::Impl {
         return taken < workers ? 0 : taken + 1 - workers;
     }
 
-    /// What a remote call waits at the owner: `ahead` reported calls, each at what such waits
-    /// have cost, or what its recent remote runs were late by (AgentRecord::late_ns), whichever
-    /// is more. Two loads and a clock read: choose() calls this.
+    /// What a remote call waits at the owner while it reports no free worker (`ahead` > 0):
+    /// `ahead` calls, each at what such waits have cost, or what its recent remote runs were
+    /// late by (AgentRecord::late_ns), whichever is more. An owner with a free worker queues
+    /// nothing, however late its runs (a loaded host, a model error). Two loads and a clock
+    /// read: choose() calls this.
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead) const {
+        if (ahead == 0) return 0;
         auto it = records.find(agents.front().id());
         if (it == records.end()) return 0;
         const auto& rec = it->second;
         double reported = 0;
-        if (ahead > 0 && rec.excess_ns.count() > 0) reported = static_cast<double>(ahead) * std::max(rec.excess_ns.p50(), 0.0);
+        if (rec.excess_ns.count() > 0) reported = static_cast<double>(ahead) * std::max(rec.excess_ns.p50(), 0.0);
         const double late = rec.late_ns > 0 && Clock::now() < rec.late_until ? rec.late_ns : 0;
         return std::max(reported, late);
     }
