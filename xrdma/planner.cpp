@@ -81,6 +81,7 @@ struct Planner::Impl {
     std::optional<Wisdom> wisdom;
     std::map<const Op*, OpState> ops;
     std::map<std::uint64_t, AgentRecord> records; // by Target::id()
+    AgentRecord* owner_record = nullptr;           // records' entry for agents.front(), once it has one
     PlannerStats stats;
 
     [[nodiscard]] const OpState* find(const Op& op) const {
@@ -109,10 +110,10 @@ struct Planner::Impl {
 
     /// Calls ahead of a new one at the owner, by its last reply: 0 while a worker is free or
     /// the report is stale.
-    [[nodiscard]] std::uint32_t calls_ahead() const {
+    [[nodiscard]] std::uint32_t calls_ahead(Clock::time_point now = Clock::now()) const {
         const Target& owner = agents.front();
         const auto load = client->load(owner);
-        if (load.at == Clock::time_point{} || Clock::now() - load.at > options.load_fresh) return 0;
+        if (load.at == Clock::time_point{} || now - load.at > options.load_fresh) return 0;
         const std::uint32_t workers = std::max<std::uint32_t>(owner.info().workers, 1);
         const std::uint32_t taken = std::uint32_t(load.busy) + load.queued;
         return taken < workers ? 0 : taken + 1 - workers;
@@ -123,13 +124,11 @@ struct Planner::Impl {
     /// the next call in line is even received):
     /// `ahead` calls, each at what such waits have cost, or what its recent remote runs were
     /// late by (AgentRecord::late_ns), whichever is more. An owner with a free worker queues
-    /// nothing, however late its runs (a loaded host, a model error). Two loads and a clock
-    /// read: choose() calls this.
-    [[nodiscard]] double queue_wait_ns(std::uint32_t ahead) const {
-        auto it = records.find(agents.front().id());
-        if (it == records.end()) return 0;
-        const auto& rec = it->second;
-        const auto now = Clock::now();
+    /// nothing, however late its runs (a loaded host, a model error). A few loads: choose()
+    /// calls this.
+    [[nodiscard]] double queue_wait_ns(std::uint32_t ahead, Clock::time_point now) const {
+        if (owner_record == nullptr) return 0;
+        const auto& rec = *owner_record;
         if (ahead == 0 && now - rec.full_at > options.load_fresh) return 0;
         double reported = 0;
         if (rec.excess_ns.count() > 0) reported = static_cast<double>(ahead) * std::max(rec.excess_ns.p50(), 0.0);
@@ -161,7 +160,10 @@ struct Planner::Impl {
         rec.late_ns = std::max(0.0, median(excess));
         rec.late_until = oldest + options.load_fresh;
     }
-    [[nodiscard]] double queue_wait_ns() const { return queue_wait_ns(calls_ahead()); }
+    [[nodiscard]] double queue_wait_ns() const {
+        const auto now = Clock::now();
+        return queue_wait_ns(calls_ahead(now), now);
+    }
 
     [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, bool* pushed = nullptr) const {
         const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
@@ -357,6 +359,7 @@ struct Planner::Impl {
         const auto work = st.op->work(size);
         const double predicted = estimate_ns(st.entry.model, s, work, cached_before, wait);
         auto& rec = records[agents.front().id()];
+        owner_record = &rec;
         if (owner_full || calls_ahead() > 0) rec.full_at = Clock::now();
         if (cached_before || !ships_code(s)) {
             auto& recent = s == Strategy::get ? rec.recent_gets : rec.recent;
@@ -522,8 +525,9 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::run_as(Op& op, std::
     auto* st = im.find(op);
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
     const bool cached_before = st->cached;
-    const auto ahead = im.calls_ahead();
-    const double wait = im.queue_wait_ns(ahead);
+    const auto now = Clock::now();
+    const auto ahead = im.calls_ahead(now);
+    const double wait = im.queue_wait_ns(ahead, now);
     const bool full = ahead > 0;
     auto r = im.timed(op, size, strategy, false);
     if (!r) return r;
