@@ -66,7 +66,6 @@ struct Planner::Impl {
         };
         std::deque<Late> recent, recent_gets;
         double late_ns = 0;            ///< what the recent remote runs say a call waits (update_lateness)
-        Clock::time_point full_at;     ///< the latest reply that reported no free worker
         Clock::time_point late_until;  ///< until when that holds
         bool flagged = false;
     };
@@ -119,17 +118,16 @@ struct Planner::Impl {
         return taken < workers ? 0 : taken + 1 - workers;
     }
 
-    /// What a remote call waits at the owner while it reports no free worker (`ahead` > 0, or
-    /// any reply within load_fresh; a reply comes as the worker finishes, often just before
-    /// the next call in line is even received):
-    /// `ahead` calls, each at what such waits have cost, or what its recent remote runs were
-    /// late by (AgentRecord::late_ns), whichever is more. An owner with a free worker queues
-    /// nothing, however late its runs (a loaded host, a model error). A few loads: choose()
+    /// What a remote call waits at the owner: `ahead` reported calls, each at what such waits
+    /// have cost, or what its recent remote runs were late by (AgentRecord::late_ns), whichever
+    /// is more. Lateness needs no report: an agent running kernels inline replies as its worker
+    /// frees, often before the next call in line is even received, so its replies show a free
+    /// worker. A host too loaded to run the agent promptly makes its runs late as well: then
+    /// fetching is right while GETs are not late too (update_lateness). A few loads: choose()
     /// calls this.
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead, Clock::time_point now) const {
         if (owner_record == nullptr) return 0;
         const auto& rec = *owner_record;
-        if (ahead == 0 && now - rec.full_at > options.load_fresh) return 0;
         double reported = 0;
         if (rec.excess_ns.count() > 0) reported = static_cast<double>(ahead) * std::max(rec.excess_ns.p50(), 0.0);
         const double late = rec.late_ns > 0 && now < rec.late_until ? rec.late_ns : 0;
@@ -360,7 +358,6 @@ struct Planner::Impl {
         const double predicted = estimate_ns(st.entry.model, s, work, cached_before, wait);
         auto& rec = records[agents.front().id()];
         owner_record = &rec;
-        if (owner_full || calls_ahead() > 0) rec.full_at = Clock::now();
         if (cached_before || !ships_code(s)) {
             auto& recent = s == Strategy::get ? rec.recent_gets : rec.recent;
             const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
