@@ -25,7 +25,7 @@ constexpr auto kTierUpPoll = std::chrono::milliseconds(2);
 constexpr std::uint64_t kTierUpFactor = 8;
 constexpr std::uint8_t kCacheEvictType = 19; // wire::Type::cache_evict
 constexpr int kProbes = 4;
-/// Remote runs (and at least this many) that must all be recent for their lateness to count as a queue.
+/// Remote runs within load_fresh needed before their lateness counts as a queue; runs kept.
 constexpr std::size_t kLateRuns = 3;
 constexpr std::size_t kLateKept = 2 * kLateRuns;
 
