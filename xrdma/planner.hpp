@@ -8,10 +8,11 @@
 // cost model (cost_model.hpp), and works out the breakpoints: the sizes where the cheapest
 // strategy changes. Those go in the wisdom file, so the next program run plans at once while
 // the link measures the same. Choosing at run time is a lookup in a handful of sizes, plus
-// one comparison when the agent last reported a queue: a loaded owner pushes work back to GET.
+// one comparison when the owner is loaded (it last reported a queue, or its last remote runs
+// were late where its GETs were not): a loaded owner pushes work back to GET.
 //
 // @code
-//   auto planner = Planner::open(client, agents, {});          // the link, probed
+//   auto planner = Planner::open(client, agents, {});          // each agent's link, probed
 //   planner->add(chase, {1, 4096});                             // wisdom, or calibration
 //   auto plan = planner->plan(chase, 1024);                     // choice + every estimate + reason
 //   auto answer = planner->run(chase, 1024);                    // runs choose()'s pick, timed
@@ -66,7 +67,8 @@ struct PlannerOptions {
     /// flagged as slow.
     double slow_factor = 1.5;
     std::size_t slow_window = 16;
-    /// A reported queue older than this is stale: the agent is taken as idle again.
+    /// A reported queue, or late runs, older than this are stale: the agent is taken as idle
+    /// again (and, pushed back to GET, tried with shipping again).
     std::chrono::milliseconds load_fresh{100};
 };
 
