@@ -85,6 +85,8 @@ public:
     /// how late a kernel run on the leading worker may be seen by the watchdog or have progress
     /// taken over.
     static constexpr auto kDeepWait = std::chrono::milliseconds(50);
+    /// At stop, how long the engine's thread progresses the endpoints' closing.
+    static constexpr auto kCloseTimeout = std::chrono::seconds(2);
 
     static Result<std::unique_ptr<Engine>> create(const EngineOptions& options, EngineHooks hooks);
     ~Engine();
