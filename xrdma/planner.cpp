@@ -355,7 +355,9 @@ struct Planner::Impl {
 
     void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double actual_ns) {
         const auto work = st.op->work(size);
-        const double predicted = estimate_ns(st.entry.model, s, work, cached_before, wait);
+        // Against what the agent's own report predicted: a wait the planner inferred from late
+        // runs (update_lateness) must not hide an agent that stays slow.
+        const double predicted = estimate_ns(st.entry.model, s, work, cached_before, owner_full ? wait : 0);
         auto& rec = records[agents.front().id()];
         owner_record = &rec;
         if (cached_before || !ships_code(s)) {
@@ -370,6 +372,7 @@ struct Planner::Impl {
         // Looked at every 8 runs: a median costs a sort.
         if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, owner_full, actual_ns);
         const bool slow = rec.ratio.count() >= options.slow_window && rec.ratio.p50() >= options.slow_factor;
+        if (slow && !rec.flagged) ++stats.slow_flags;
         if (slow && !rec.flagged)
             spdlog::warn("planner: agent {} runs {:.2f}× slower than predicted (median of its last {} runs)",
                          agents.front().info().address, rec.ratio.p50(), std::min<std::size_t>(rec.ratio.count(), 64));

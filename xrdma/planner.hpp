@@ -93,6 +93,7 @@ struct PlannerStats {
     std::uint64_t runs = 0;
     std::array<std::uint64_t, kStrategies> chosen{}; ///< by Strategy
     std::uint64_t pushed_back = 0;  ///< runs fetched because the owner's queue made shipping dearer
+    std::uint64_t slow_flags = 0;   ///< times an agent was flagged as slow (slow_agents(), and a warning)
 };
 
 class Planner {

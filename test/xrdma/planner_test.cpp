@@ -1,10 +1,12 @@
 // The planner with real agents: it plans and explains, runs what it planned, keeps its
 // breakpoints across a restart while the link is the same and measures again when the link
-// changes, and sends fewer shipped calls to a busy agent than to an idle one.
+// changes, sends fewer shipped calls to a busy agent than to an idle one, and flags an agent
+// that stays slower than predicted.
 
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <csignal>
 #include <deque>
 #include <thread>
 
@@ -46,6 +48,39 @@ PlannerOptions options_in(const std::filesystem::path& dir) {
     o.calibration_sizes = 4;
     return o;
 }
+
+/// A second client keeping `agent`'s one worker running `ns`-long kernels back to back, two in
+/// flight so that one is always queued, until destroyed.
+class BackgroundLoad {
+public:
+    BackgroundLoad(const std::string& address, std::uint64_t ns) {
+        thread_ = std::thread([this, address, ns] {
+            auto other = client_for("tcp");
+            auto t = other.connect(address);
+            if (!t) return;
+            auto burn = [&] { return other.ship(behaviour_kernels::busy_count, *t, ns); };
+            std::deque<Future> inflight;
+            inflight.push_back(burn());
+            while (!stop_.load()) {
+                inflight.push_back(burn());
+                if (inflight.front().get()) ++calls_;
+                inflight.pop_front();
+            }
+            for (auto& f : inflight) (void)f.get();
+        });
+        while (calls_.load() < 2) std::this_thread::sleep_for(1ms);
+    }
+    ~BackgroundLoad() {
+        stop_ = true;
+        thread_.join();
+    }
+    [[nodiscard]] std::uint64_t calls() const { return calls_.load(); }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::atomic<std::uint64_t> calls_{0};
+    std::thread thread_;
+};
 
 } // namespace
 
@@ -187,31 +222,7 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
 
     // Then a second client keeps the busy agent's one worker running 50 ms kernels back to back,
     // two calls in flight so that one is always queued.
-    std::atomic<bool> stop{false};
-    std::atomic<std::uint64_t> load_calls{0};
-    std::thread load([&] {
-        auto other = client_for("tcp");
-        auto t = other.connect(busy.address());
-        if (!t) return;
-        auto burn = [&] { return other.ship(behaviour_kernels::busy_count, *t, std::uint64_t{50'000'000}); };
-        std::deque<Future> inflight;
-        inflight.push_back(burn());
-        while (!stop.load()) {
-            inflight.push_back(burn());
-            if (inflight.front().get()) ++load_calls;
-            inflight.pop_front();
-        }
-        for (auto& f : inflight) (void)f.get();
-    });
-    struct Stop {
-        std::atomic<bool>& stop;
-        std::thread& load;
-        ~Stop() {
-            stop = true;
-            load.join();
-        }
-    } stopper{stop, load};
-    while (load_calls.load() < 2) std::this_thread::sleep_for(1ms);
+    BackgroundLoad load(busy.address(), 50'000'000);
 
     std::uint32_t most_busy = 0, most_queued = 0;
     auto shipped = [&](Planner& planner, Op& op) {
@@ -235,11 +246,57 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     INFO("the busy agent's last plan: " << last->reason << "; its load " << load_now.busy << " busy, " << load_now.queued
                                         << " queued; at most " << most_busy << " busy, " << most_queued << " queued");
     INFO("shipped to the idle agent " << idle_shipped << " of " << kRuns << ", to the busy one " << busy_shipped << " (pushed back "
-                                      << to_busy->stats().pushed_back << "); background calls " << load_calls.load());
+                                      << to_busy->stats().pushed_back << "); background calls " << load.calls());
     // A host loaded by other work (tests run beside this one) may make a few of the idle agent's
     // runs late too, and the planner fetch for a moment: it is the busy one that must lose calls.
     CHECK(idle_shipped >= kRuns - 3);
     CHECK(busy_shipped < idle_shipped);
     CHECK(to_busy->stats().pushed_back > 0);
     CHECK(to_idle->stats().pushed_back < to_busy->stats().pushed_back);
+}
+
+TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow_agents() and the log", "[integration]") {
+    AgentProcess agent("tcp", chase_region());
+    auto client = client_for("tcp");
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto options = options_in({});
+    options.wisdom.clear();
+    auto op = ChaseOp::create(client, {*target}, kNodes, 5);
+    REQUIRE(op);
+    auto planner = Planner::open(client, {*target}, options);
+    REQUIRE(planner);
+    REQUIRE(planner->add(**op, kDepths)); // measured at full speed
+    CHECK(planner->slow_agents().empty());
+    CHECK(planner->stats().slow_flags == 0);
+
+    // Then the agent's host slows it down and says nothing (no queue to report): the process is
+    // stopped 2.5 ms of every 3. Runs spaced 0.7 ms apart land at every phase of that, so most
+    // of them wait for the agent to run again.
+    std::atomic<bool> stop{false};
+    std::thread throttle([&] {
+        while (!stop.load()) {
+            ::kill(agent.pid(), SIGSTOP);
+            std::this_thread::sleep_for(2500us);
+            ::kill(agent.pid(), SIGCONT);
+            std::this_thread::sleep_for(500us);
+        }
+        ::kill(agent.pid(), SIGCONT);
+    });
+    struct Join {
+        std::atomic<bool>& stop;
+        std::thread& t;
+        ~Join() {
+            stop = true;
+            t.join();
+        }
+    } join{stop, throttle};
+    for (std::size_t i = 0; i < 2 * options.slow_window; ++i) {
+        REQUIRE(planner->run_as(**op, 16, Strategy::xrdma));
+        std::this_thread::sleep_for(700us);
+    }
+    const auto slow = planner->slow_agents();
+    REQUIRE(slow.size() == 1);
+    CHECK(slow.front() == agent.address());
+    CHECK(planner->stats().slow_flags == 1);
 }
