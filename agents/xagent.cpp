@@ -23,6 +23,7 @@
 #include "agent.hpp"
 #include "chase.hpp"
 #include "jit.hpp"
+#include "core/memory_reuse.hpp"
 #include "metrics.hpp"
 #include "pmix_launch.hpp"
 #include "regions.hpp"
@@ -228,6 +229,8 @@ int main(int argc, char** argv) {
     config.compiler.path = compiler_path;
     config.compiler.cpu_limit = std::chrono::seconds(compiler_cpu_s);
     config.limits = {max_message, max_args, max_result};
+    // Freed message buffers are kept for the next message instead of unmapped (memory_reuse.hpp).
+    keep_freed_memory(max_message);
     config.loopback_only = loopback;
     config.workers_lead = !no_worker_progress;
     config.peers = peers;

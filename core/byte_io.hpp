@@ -72,6 +72,9 @@ private:
 
 class ByteWriter {
 public:
+    /// Room for `n` more bytes at once: a message with a large field is then copied once,
+    /// not again by each growth after it.
+    void reserve(std::size_t n) { buf_.reserve(buf_.size() + n); }
     void raw(std::span<const std::byte> b) { buf_.insert(buf_.end(), b.begin(), b.end()); }
     template <class T> void scalar(T v) {
         auto p = reinterpret_cast<const std::byte*>(&v);

@@ -1,4 +1,5 @@
 #include "client_impl.hpp"
+#include "memory_reuse.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -45,6 +46,7 @@ Result<Client> Client::create(const ClientOptions& options) {
     eo.mode = options.progress;
     eo.spin = options.spin;
     eo.loopback_only = options.loopback_only;
+    if (options.keep_freed_memory) keep_freed_memory(eo.max_message);
     auto* raw = impl.get();
     EngineHooks hooks;
     hooks.on_message = [raw](Incoming&& in) { raw->on_message(std::move(in)); };

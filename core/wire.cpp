@@ -430,6 +430,10 @@ Encoded encode_welcome(const Welcome& x) {
 
 Encoded encode_run(std::uint64_t id, const Run& r) {
     ByteWriter w;
+    std::size_t peers = 0;
+    for (auto p : r.peers) peers += 2 + p.size();
+    w.reserve(sizeof r.hash + 8 + 3 * 2 + 2 + r.entry.size() + 4 + kArgsAlignment + r.args.size() + 4 + r.code.size() + 4 +
+              r.reply_to.size() + 2 + peers + 2 + r.signatures.size() * sizeof(CodeSignature));
     w.raw(std::as_bytes(std::span(r.hash)));
     w.u64(r.origin);
     w.u16(r.hop_budget);

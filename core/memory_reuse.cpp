@@ -1,0 +1,26 @@
+#include "memory_reuse.hpp"
+
+#include <algorithm>
+#include <climits>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
+namespace bitship {
+
+bool keep_freed_memory(std::size_t largest_block) {
+#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+    // glibc caps the mmap threshold at 32 MiB on 64-bit (HEAP_MAX_SIZE / 2); above it, blocks
+    // are mapped whatever we ask, which is right for rare giants.
+    constexpr std::size_t kMaxThreshold = std::size_t{32} << 20;
+    const int threshold = static_cast<int>(std::min(std::max(largest_block, std::size_t{128} << 10) + 4096, kMaxThreshold));
+    const int keep = static_cast<int>(std::min<std::size_t>(kKeptFree, INT_MAX));
+    return mallopt(M_MMAP_THRESHOLD, threshold) == 1 && mallopt(M_TRIM_THRESHOLD, keep) == 1;
+#else
+    (void)largest_block;
+    return false;
+#endif
+}
+
+} // namespace bitship
