@@ -20,6 +20,7 @@
 #include <bitship/client.hpp>
 
 #include "chase.hpp"
+#include "core/engine.hpp"
 #include "launcher.hpp"
 #include "stats.hpp"
 
@@ -144,9 +145,10 @@ int main(int argc, char** argv) {
     fmt::print("pointer_chase: {} | progress {} (client and agents) | each agent: 1 progress + 1 worker thread;\n"
                "  all processes share the machine's cores (no pinning) | 2^{} nodes/agent ({} MiB region), random sharding, seed {}\n"
                "  strategies take turns, each from a fresh random start of its own; {}..{} reps or {:.2f} s of chasing per row;\n"
-               "  every answer checked against a local walk\n\n",
+               "  every answer checked against a local walk\n"
+               "  shm regions: {} (without either, 4 KiB pages)\n\n",
                bench::cpu_description(), cfg.progress, cfg.log2_nodes, nodes * 16 >> 20, cfg.seed, cfg.min_reps, cfg.max_reps,
-               cfg.row_seconds);
+               cfg.row_seconds, shared_huge_pages());
     fmt::print("{:<4} {:>6} {:<7} {:>6} {:>11} {:>11} {:>11} {:>5}\n", "tl", "agents", "strat", "depth", "median us", "p99 us",
                "chases/s", "reps");
 

@@ -72,6 +72,14 @@ struct EngineHooks {
     std::function<bool()> watch_needed;
 };
 
+/// Whether shared memory can get huge pages on this host, as the kernel is set: e.g.
+/// "transparent huge pages for shared memory: never; hugetlb pages free: 0". Regions a same-host
+/// peer maps are shared memory; on 4 KiB pages, every random hop in a large one is a TLB miss.
+std::string shared_huge_pages();
+/// True when neither transparent huge pages for shared memory (shmem_enabled advise, always or
+/// within_size) nor free hugetlb pages are available.
+bool shared_huge_pages_off();
+
 class Engine {
 public:
     static constexpr auto kTick = std::chrono::milliseconds(20);

@@ -41,7 +41,41 @@ std::string page_size_of(const void* base) {
     if (huge_kb > 0) return fmt::format("2 MiB transparent huge pages ({} MiB of them)", huge_kb / 1024);
     return "4 KiB pages";
 }
+// The bracketed choice of a sysfs setting ("always [advise] never" -> "advise").
+std::string sysfs_choice(const char* path) {
+    std::FILE* f = std::fopen(path, "r");
+    if (!f) return "unknown";
+    char line[256] = {};
+    bool read = std::fgets(line, sizeof line, f) != nullptr;
+    std::fclose(f);
+    const char* open = read ? std::strchr(line, '[') : nullptr;
+    const char* close = open ? std::strchr(open, ']') : nullptr;
+    return close ? std::string(open + 1, close) : "unknown";
+}
+
+long hugetlb_pages_free() {
+    std::FILE* f = std::fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    long free = 0;
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "HugePages_Free: %ld", &free) == 1) break;
+    std::fclose(f);
+    return free;
+}
+
+constexpr const char* kShmemThp = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
 } // namespace
+
+std::string shared_huge_pages() {
+    return fmt::format("transparent huge pages for shared memory: {}; hugetlb pages free: {}", sysfs_choice(kShmemThp),
+                       hugetlb_pages_free());
+}
+
+bool shared_huge_pages_off() {
+    auto thp = sysfs_choice(kShmemThp);
+    return thp != "advise" && thp != "always" && thp != "within_size" && thp != "force" && hugetlb_pages_free() == 0;
+}
 
 Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory, void* at) {
     constexpr std::size_t kHuge = 2u << 20;
@@ -55,7 +89,7 @@ Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory,
         params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH | UCP_MEM_MAP_PARAM_FIELD_FLAGS;
         params.address = at;
         params.length = length;
-        params.flags = UCP_MEM_MAP_ALLOCATE | (at ? UCP_MEM_MAP_FIXED : 0u);
+        params.flags = UCP_MEM_MAP_ALLOCATE | (at ? static_cast<unsigned>(UCP_MEM_MAP_FIXED) : 0u);
         if (auto s = ucp_mem_map(context_.get(), &params, &m.memh); s != UCS_OK)
             return tl::make_unexpected(from_ucs(s, fmt::format("allocating {} bytes of shared memory", size)));
         ucp_mem_attr_t attr{};
