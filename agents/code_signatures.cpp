@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cstring>
 #include <fstream>
+#include <memory>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -28,7 +30,9 @@ CodeSignatures::CodeSignatures(std::filesystem::path dir) : dir_(std::move(dir))
     if (ec) {
         spdlog::warn("cannot make {} ({}): code signatures are kept in memory only", dir_.string(), ec.message());
         dir_.clear();
+        return;
     }
+    writer_ = std::make_unique<BackgroundJobs>("bitship-sigs"); // a thread: started now, not on a call's path
 }
 
 std::optional<Error> CodeSignatures::remember(std::span<const wire::CodeSignature> signatures, const CodeHash& own,
@@ -78,24 +82,36 @@ void CodeSignatures::keep(const wire::CodeSignature& s, bool write) {
     if (write) persist(s);
 }
 
-void CodeSignatures::persist(const wire::CodeSignature& s) const {
-    if (dir_.empty()) return;
+void CodeSignatures::persist(const wire::CodeSignature& s) {
+    if (!writer_) return;
+    std::array<char, wire::kCodeSignatureBytes> bytes{};
+    std::memcpy(bytes.data(), s.hash.data(), 32);
+    std::memcpy(bytes.data() + 32, s.signer.data(), 32);
+    std::memcpy(bytes.data() + 64, s.signature.data(), 64);
     auto path = dir_ / (to_hex(s.hash) + std::string(kExtension));
-    auto temp = path;
-    temp += fmt::format(".tmp{}", getpid());
-    {
-        std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-        out.write(reinterpret_cast<const char*>(s.hash.data()), static_cast<std::streamsize>(s.hash.size()));
-        out.write(reinterpret_cast<const char*>(s.signer.data()), static_cast<std::streamsize>(s.signer.size()));
-        out.write(reinterpret_cast<const char*>(s.signature.data()), static_cast<std::streamsize>(s.signature.size()));
-        if (!out) {
-            spdlog::warn("cannot write {}: the signature of {} stays in memory only", temp.string(), to_hex(s.hash, 16));
-            return;
+    bool queued = writer_->post([path, bytes] {
+        {
+            std::array<char, wire::kCodeSignatureBytes + 1> have{};
+            std::ifstream in(path, std::ios::binary);
+            if (in && in.read(have.data(), have.size()).gcount() == static_cast<std::streamsize>(bytes.size()) &&
+                std::memcmp(have.data(), bytes.data(), bytes.size()) == 0)
+                return; // already there: a restarted agent is sent the same signature again
         }
-    }
-    std::error_code ec;
-    std::filesystem::rename(temp, path, ec);
-    if (ec) std::filesystem::remove(temp, ec);
+        auto temp = path;
+        temp += fmt::format(".tmp{}", getpid());
+        {
+            std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+            out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+            if (!out) {
+                spdlog::warn("cannot write {}: a signature stays in memory only", temp.string());
+                return;
+            }
+        }
+        std::error_code ec;
+        std::filesystem::rename(temp, path, ec);
+        if (ec) std::filesystem::remove(temp, ec);
+    });
+    if (!queued) spdlog::warn("too many signatures wait to be written: {} stays in memory only", to_hex(s.hash, 16));
 }
 
 std::optional<wire::CodeSignature> CodeSignatures::read_back(const CodeHash& hash) const {

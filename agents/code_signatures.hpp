@@ -11,7 +11,9 @@
 //   written to DIR/signatures/<hash>.sig (128 bytes: hash, author key, signature), so code an
 //   agent loads from its disk cache after a restart still has its author. A file read back is
 //   checked like one that arrived: a forged or truncated one is ignored (the client is then asked
-//   for the code with NEED_CODE, and resends it signed).
+//   for the code with NEED_CODE, and resends it signed). Files are written on a thread of their
+//   own (BackgroundJobs), not on the call's path, and a file that already holds the signature
+//   (a restart sent the same code again) is left alone.
 //
 // Bounded (kMaxEntries in memory, oldest first); a hash whose signature was dropped is asked
 // for again with NEED_CODE. Touched only by whoever progresses UCX: no lock.
@@ -20,6 +22,7 @@
 #include <deque>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -29,6 +32,7 @@
 #include <bitship/errc.hpp>
 
 #include "core/wire.hpp"
+#include "core/background_jobs.hpp"
 
 namespace bitship::agent {
 
@@ -60,12 +64,13 @@ private:
         std::size_t operator()(const CodeHash& h) const noexcept;
     };
     void keep(const wire::CodeSignature& s, bool persist);
-    void persist(const wire::CodeSignature& s) const;
+    void persist(const wire::CodeSignature& s);
     std::optional<wire::CodeSignature> read_back(const CodeHash& hash) const;
 
     std::filesystem::path dir_;
     std::unordered_map<CodeHash, wire::CodeSignature, HashHasher> kept_;
     std::deque<CodeHash> order_;
+    std::unique_ptr<BackgroundJobs> writer_; // with a directory only
 };
 
 } // namespace bitship::agent

@@ -198,8 +198,9 @@ public:
     /// still holds is freed when the last holder lets go. False when `hash` was not cached.
     virtual bool evict(const CodeHash& hash) = 0;
 
-    /// Blocks until every background tier-1 compile queued so far has finished (tests and
-    /// benchmarks that want the steady state).
+    /// Blocks until every background tier-1 compile queued so far has finished, and every
+    /// slice kept so far is on disk (with two tiers, a new slice's file is written behind its
+    /// first call): tests and benchmarks that want the steady state.
     virtual void drain_tier_ups() = 0;
     /// Background tier-1 compiles queued or running now (0 with one tier), and finished so far.
     [[nodiscard]] virtual std::size_t tier_ups_pending() = 0;
