@@ -69,6 +69,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     impl->jit = std::move(*jit);
     // LLVM's one-time set-up now, not in the first caller's cold ship.
     if (auto warm = impl->jit->warm_up(); !warm) spdlog::warn("JIT warm-up: {}", warm.error().describe());
+    // A restart's warm start: what ran here before is linked again behind the agent's start.
+    impl->jit->preload(config.cache_preload);
 
     // 3. The engine. A restarted agent must be able to take its port back while the old connections sit in
     // TIME_WAIT (SO_REUSEADDR); an operator's own UCX_CM_REUSEADDR still wins.

@@ -42,6 +42,9 @@ struct AgentConfig {
     unsigned jit_tiers = 2;         ///< jit::JitOptions::tiers
     std::size_t cache_mib = 0;      ///< jit::JitOptions::cache_mib (0: unbounded)
     std::size_t cache_disk_mib = 0; ///< jit::JitOptions::cache_disk_mib (0: unbounded)
+    /// At start, link this many of cache_dir's objects (most recently used first) in the
+    /// background, so the first call to code run before a restart finds it ready (Jit::preload).
+    std::size_t cache_preload = 64;
     /// Where shipped bitcode is compiled: confined bitship-compiler processes by default.
     jit::CompilerOptions compiler = [] {
         jit::CompilerOptions c;

@@ -173,6 +173,7 @@ struct Agent::Impl {
         if (jit) {
             out.emplace_back("tier_ups_pending", jit->tier_ups_pending());
             out.emplace_back("tier_ups", jit->tier_ups_finished());
+            out.emplace_back("disk_preloads", jit->preloaded());
         }
         return out;
     }

@@ -136,6 +136,10 @@ int main(int argc, char** argv) {
         ->capture_default_str()->envname("BITSHIP_CACHE_MIB");
     app.add_option("--cache-disk-mib", config.cache_disk_mib, "cap on --cache-dir, MiB (0: unbounded)")
         ->capture_default_str()->envname("BITSHIP_CACHE_DISK_MIB");
+    app.add_option("--cache-preload", config.cache_preload,
+                   "at start, link this many of --cache-dir's compiled objects (most recently used first) in the "
+                   "background, while the memory cache is under half of --cache-mib (0: none)")
+        ->capture_default_str();
     app.add_option("--kernel-timeout-ms", timeout_ms, "stop a kernel that runs longer than this, checked every 5 ms (0: never)")
         ->capture_default_str()->envname("BITSHIP_KERNEL_TIMEOUT_MS");
     app.add_option("--max-message", max_message, "largest message accepted, bytes")->capture_default_str();

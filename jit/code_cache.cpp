@@ -320,4 +320,18 @@ std::size_t CodeCache::disk_bytes() const {
     return disk_bytes_;
 }
 
+std::vector<CodeHash> CodeCache::objects_most_recent_first() const {
+    std::vector<std::pair<std::int64_t, CodeHash>> found;
+    {
+        std::lock_guard lock(disk_mutex_);
+        for (const auto& [hash, entry] : disk_)
+            if (entry.object_bytes > 0) found.emplace_back(entry.last_use, hash);
+    }
+    std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<CodeHash> out;
+    out.reserve(found.size());
+    for (const auto& f : found) out.push_back(f.second);
+    return out;
+}
+
 } // namespace bitship::jit

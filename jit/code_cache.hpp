@@ -74,6 +74,11 @@ public:
     /// Bytes of the files indexed (this process's view; another agent sharing the directory
     /// is not seen until restart).
     [[nodiscard]] std::size_t disk_bytes() const;
+    /// The hashes with an object file, most recently used first: what a restarted agent links
+    /// ahead of its first calls.
+    [[nodiscard]] std::vector<CodeHash> objects_most_recent_first() const;
+    /// The memory cap in bytes (0: none).
+    [[nodiscard]] std::size_t memory_cap() const noexcept { return memory_cap_; }
 
 private:
     CodeCache(std::filesystem::path dir, std::size_t memory_cap, std::size_t disk_cap)

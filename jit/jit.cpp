@@ -85,7 +85,10 @@ public:
     }
 
     // The tier-up thread goes first: its jobs use the cache and the engine.
-    ~JitImpl() override { tier_up_.reset(); }
+    ~JitImpl() override {
+        stopping_.store(true, std::memory_order_relaxed); // a preload stops at its next object
+        tier_up_.reset();
+    }
     JitImpl(const JitImpl&) = delete;
     JitImpl& operator=(const JitImpl&) = delete;
 
@@ -107,7 +110,7 @@ public:
     std::uint64_t tier_ups_finished() const override { return tier_up_ ? tier_up_->finished() : 0; }
     void drain_tier_ups() override {
         if (tier_up_) tier_up_->drain();
-        disk_writes_.flush();
+        background_.flush();
     }
 
     bool on_disk(const CodeHash& hash) const override { return cache_->on_disk(hash); }
@@ -117,6 +120,28 @@ public:
     }
 
     Result<void> warm_up() override { return engine_->warm_up(); }
+
+    void preload(std::size_t max_objects) override {
+        if (!cache_->has_dir() || max_objects == 0) return;
+        background_.post([this, max_objects] {
+            std::size_t linked = 0;
+            for (const auto& hash : cache_->objects_most_recent_first()) {
+                if (stopping_.load(std::memory_order_relaxed) || linked >= max_objects) break;
+                if (const auto cap = cache_->memory_cap(); cap != 0 && cache_->memory_bytes() >= cap / 2) break;
+                if (cache_->find(hash)) continue; // a call got there first
+                auto code = load(hash);
+                if (!code) {
+                    spdlog::warn("jit: preloading {}: {}", to_hex(hash, kHashDigitsInMessages), code.error().describe());
+                    continue;
+                }
+                ++linked;
+                preloaded_.fetch_add(1, std::memory_order_relaxed);
+            }
+            if (linked) spdlog::info("jit: {} object{} from the disk cache linked ahead of first calls", linked, linked == 1 ? "" : "s");
+        });
+    }
+
+    std::uint64_t preloaded() const override { return preloaded_.load(std::memory_order_relaxed); }
 
 private:
     /// Compiles each hash once: a thread asking for a hash that another is compiling waits
@@ -165,7 +190,7 @@ private:
             // The first call waits for this compile, not for the slice's copy on disk (a file
             // write costs 0.1-0.3 ms here): that is written behind it, and before the agent stops.
             if (!from_disk && cache_->has_dir())
-                disk_writes_.post([this, expected, slice = code->bundle()] { keep_on_disk(expected, DiskFile::bundle, slice); });
+                background_.post([this, expected, slice = code->bundle()] { keep_on_disk(expected, DiskFile::bundle, slice); });
             tier_up_->post(expected, [this, expected, slice = code->bundle(), from_disk] {
                 optimise_in_background(slice, expected, from_disk);
             });
@@ -281,7 +306,11 @@ private:
 
     std::shared_ptr<Engine> engine_; // declared before cache_: cached code unloads through it
     std::unique_ptr<CodeCache> cache_;
-    BackgroundJobs disk_writes_{"bitship-disk"}; // after cache_: its jobs write through it
+    std::atomic<bool> stopping_{false};
+    std::atomic<std::uint64_t> preloaded_{0};
+    // After cache_ and engine_: its jobs (slice files written behind first calls, the preload)
+    // use both, and it finishes them before they go.
+    BackgroundJobs background_{"bitship-jit-bg"};
     const unsigned tiers_;
     const ObjectKey key_; // what this agent's objects are made for
     std::mutex in_flight_mutex_;

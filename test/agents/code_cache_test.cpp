@@ -114,18 +114,40 @@ TEST_CASE("a restarted agent links the optimised object from its disk cache, com
         INFO(first.log());
         REQUIRE(has_object_file(cache));
     }
-    AgentProcess second("tcp", {"--cache-dir", cache.string()}, port);
-    auto target = client.connect(second.address());
-    REQUIRE(target);
-    auto r = client.ship(behaviour_kernels::add, *target, std::uint64_t{2}, std::uint64_t{3}).get_as<std::uint64_t>();
-    INFO(second.log());
-    REQUIRE(r);
-    CHECK(*r == 5);
-    auto c = agent_counters(client, *target);
-    CHECK(c["disk_loads"] == 1);
-    CHECK(c["last_compile_tier"] == 1);
-    CHECK(c["last_compile_parse_ns"] == 0);
-    CHECK(c["last_compile_optimise_ns"] == 0);
-    CHECK(c["last_compile_codegen_ns"] == 0);
+    SECTION("the first call links it (--cache-preload 0)") {
+        AgentProcess second("tcp", {"--cache-dir", cache.string(), "--cache-preload", "0"}, port);
+        auto target = client.connect(second.address());
+        REQUIRE(target);
+        auto r = client.ship(behaviour_kernels::add, *target, std::uint64_t{2}, std::uint64_t{3}).get_as<std::uint64_t>();
+        INFO(second.log());
+        REQUIRE(r);
+        CHECK(*r == 5);
+        auto c = agent_counters(client, *target);
+        CHECK(c["disk_loads"] == 1);
+        CHECK(c["disk_preloads"] == 0);
+        CHECK(c["last_compile_tier"] == 1);
+        CHECK(c["last_compile_parse_ns"] == 0);
+        CHECK(c["last_compile_optimise_ns"] == 0);
+        CHECK(c["last_compile_codegen_ns"] == 0);
+    }
+    SECTION("by default the agent links it at start, so the first call finds it in memory") {
+        AgentProcess second("tcp", {"--cache-dir", cache.string()}, port);
+        auto target = client.connect(second.address());
+        REQUIRE(target);
+        auto deadline = std::chrono::steady_clock::now() + 10s;
+        while (agent_counters(client, *target)["disk_preloads"] < 1 && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::sleep_for(5ms);
+        INFO(second.log());
+        REQUIRE(agent_counters(client, *target)["disk_preloads"] == 1);
+        CHECK_THAT(second.log(), Catch::Contains("1 object from the disk cache linked ahead of first calls"));
+        auto r = client.ship(behaviour_kernels::add, *target, std::uint64_t{2}, std::uint64_t{3}).get_as<std::uint64_t>();
+        REQUIRE(r);
+        CHECK(*r == 5);
+        auto c = agent_counters(client, *target);
+        CHECK(c["cache_hits"] == 1);
+        CHECK(c["disk_loads"] == 0);
+        CHECK(c["compiles"] == 0);
+        CHECK(c["need_code_sent"] == 0);
+    }
     std::filesystem::remove_all(cache);
 }

@@ -143,7 +143,8 @@ TEST_CASE("a restarted agent with a disk cache needs no code at all", "[integrat
         auto target = connect(client, first);
         REQUIRE(client.ship(behaviour_kernels::add, target, std::uint64_t{1}, std::uint64_t{1}).get_as<std::uint64_t>());
     }
-    AgentProcess second("tcp", {"--cache-dir", cache.string()}, port);
+    // No preload: the call itself loads from the disk cache (preload has its own test).
+    AgentProcess second("tcp", {"--cache-dir", cache.string(), "--cache-preload", "0"}, port);
     auto target = connect(client, second);
     auto r = client.ship(behaviour_kernels::add, target, std::uint64_t{2}, std::uint64_t{3}).get_as<std::uint64_t>();
     INFO(second.log());

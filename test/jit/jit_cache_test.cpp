@@ -116,6 +116,58 @@ std::size_t dir_bytes(const fs::path& dir) {
 
 } // namespace
 
+TEST_CASE("preload links a restarted agent's cached objects before their first calls, most recent first, as many as asked", "[unit]") {
+    TempDir dir;
+    auto add = kernel_bundle("add", {"add"});
+    auto other = make_bundle(wrapped_bitcode(kernel_bitcode("add"), 1), {"add"}); // same kernel, another hash
+    {
+        auto j = make_jit(dir.path);
+        REQUIRE(j->compile(add.bytes, add.hash));
+        REQUIRE(j->compile(other.bytes, other.hash));
+        j->drain_tier_ups(); // both optimised objects on disk
+    }
+    auto wait_for = [](jit::Jit& j, std::uint64_t n) {
+        for (int i = 0; i < 2000 && j.preloaded() < n; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        return j.preloaded();
+    };
+
+    SECTION("all of them, linked from their objects, and the call finds them in memory") {
+        auto j = make_jit(dir.path);
+        CHECK(j->find(add.hash) == nullptr);
+        j->preload(64);
+        CHECK(wait_for(*j, 2) == 2);
+        auto code = j->find(add.hash);
+        REQUIRE(code);
+        CHECK(code->stats().from_object);
+        CHECK(code->stats().tier == 1);
+        CHECK(run_add(*code, 2, 3) == 5);
+        CHECK(j->find(other.hash));
+    }
+    SECTION("at most as many as asked, and none with 0") {
+        auto j = make_jit(dir.path);
+        j->preload(1);
+        CHECK(wait_for(*j, 1) == 1);
+        j->drain_tier_ups(); // the preload job has ended
+        CHECK(j->preloaded() == 1);
+        CHECK(j->cached().size() == 1);
+        auto none = make_jit(dir.path);
+        none->preload(0);
+        none->drain_tier_ups();
+        CHECK(none->preloaded() == 0);
+        CHECK(none->cached().empty());
+    }
+    SECTION("a call racing the preload gets the same code, linked once") {
+        auto j = make_jit(dir.path);
+        j->preload(64);
+        auto code = j->load(add.hash);
+        REQUIRE(code);
+        j->drain_tier_ups();
+        CHECK(j->find(add.hash).get() == code->get());
+        CHECK(j->preloaded() >= 1); // `other` at least (the racing load may have linked `add` itself)
+        CHECK(j->cached().size() == 2);
+    }
+}
+
 TEST_CASE("a new hash runs at tier 0 at once, and tier 1 is swapped in for later calls", "[unit]") {
     auto j = make_jit();
     auto bundle = kernel_bundle("add", {"add"});
