@@ -48,9 +48,10 @@ private:
 /// Registers this host's LLVM target and code generator (once per process).
 void init_native_target();
 
-/// A bundle shaped like a kernel (a loop, loads and stores through pointers, a branch, calls to
-/// memcpy, a string constant), for this host: compiling and linking it at each tier pays LLVM's
-/// first-use costs before the first shipped kernel does. Its one entry is kWarmUpEntry.
+/// A kernel as clang writes one (a loop, loads and stores with TBAA, intrinsics, calls to the
+/// bs_* runtime, a string constant, attribute groups and module metadata), for this host:
+/// compiling and linking it at each tier pays LLVM's first-use costs before the first shipped
+/// kernel does. Its one entry is kWarmUpEntry.
 struct WarmUpBundle {
     std::vector<std::byte> bundle;
     CodeHash hash{};

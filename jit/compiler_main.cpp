@@ -32,6 +32,7 @@
 
 #include "compile_to_object.hpp"
 #include "compiler_protocol.hpp"
+#include "core/memory_reuse.hpp"
 #include "compiler_sandbox.hpp"
 
 namespace proto = bitship::jit::compiler_protocol;
@@ -154,7 +155,10 @@ int main(int argc, char** argv) {
         return kExitProtocol;
     }
 
-    // 2. LLVM, its handlers, a warm-up, the filter.
+    // 2. LLVM, its handlers, a warm-up, the filter. What a compile frees stays in the heap for
+    //    the next one: glibc would otherwise give it back, and each compile would fault its
+    //    memory in again, page by page (memory_reuse.hpp).
+    bitship::keep_freed_memory(std::size_t{32} << 20);
     llvm::install_fatal_error_handler(on_llvm_fatal_error, nullptr);
     llvm::install_bad_alloc_error_handler(on_llvm_bad_alloc, nullptr);
     std::set_new_handler(on_new_failure);
