@@ -7,10 +7,27 @@
 #include <malloc.h>
 #endif
 
+// GCC says __SANITIZE_ADDRESS__; clang 19 says it only through __has_feature.
+#if defined(__SANITIZE_ADDRESS__)
+#define BITSHIP_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define BITSHIP_ASAN 1
+#endif
+#endif
+
 namespace bitship {
 
+bool malloc_is_tunable() noexcept {
+#if defined(__GLIBC__) && !defined(BITSHIP_ASAN)
+    return true;
+#else
+    return false;
+#endif
+}
+
 bool keep_freed_memory(std::size_t largest_block) {
-#if defined(__GLIBC__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__GLIBC__) && !defined(BITSHIP_ASAN)
     // glibc caps the mmap threshold at 32 MiB on 64-bit (HEAP_MAX_SIZE / 2); above it, blocks
     // are mapped whatever we ask, which is right for rare giants.
     constexpr std::size_t kMaxThreshold = std::size_t{32} << 20;

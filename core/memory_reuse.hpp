@@ -17,6 +17,10 @@ namespace bitship {
 /// C libraries without mallopt. Returns false when the C library refused.
 bool keep_freed_memory(std::size_t largest_block);
 
+/// Whether this build's malloc is glibc's, which keep_freed_memory can tune (false under
+/// sanitizers, whose allocator is their own).
+bool malloc_is_tunable() noexcept;
+
 /// How much freed memory a process keeps at most at the top of its heap.
 inline constexpr std::size_t kKeptFree = std::size_t{256} << 20;
 
