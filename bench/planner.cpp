@@ -10,11 +10,9 @@
 // an octave of measured ones; median model error ≤ 25% per strategy; choose() ≤ 100 ns.
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <deque>
 #include <map>
 #include <memory>
 #include <set>
@@ -31,6 +29,7 @@
 #include "chase_op.hpp"
 #include "filter.hpp"
 #include "hash_lookup.hpp"
+#include "background_load.hpp"
 #include "launcher.hpp"
 #include "planner.hpp"
 #include "reduce.hpp"
@@ -41,6 +40,7 @@ namespace {
 using namespace bitship;
 using namespace bitship::xrdma;
 using Clock = std::chrono::steady_clock;
+using bitship::launch::BackgroundLoad;
 
 struct Config {
     std::vector<std::string> ops{"chase", "reduce", "filter", "lookup"};
@@ -82,13 +82,17 @@ std::vector<std::string> agent_args(unsigned workers) {
             "--log-level", "warn"};
 }
 
-Client make_client(Transport t) {
+ClientOptions client_options(Transport t) {
     ClientOptions o;
     o.transport = t;
     o.loopback_only = true;
     o.call_timeout = std::chrono::minutes(2);
     o.progress = *parse_progress_mode(g_progress);
-    auto c = Client::create(o);
+    return o;
+}
+
+Client make_client(Transport t) {
+    auto c = Client::create(client_options(t));
     if (!c) throw std::runtime_error(c.error().describe());
     return std::move(*c);
 }
@@ -104,43 +108,6 @@ Result<std::unique_ptr<Op>> make_op(const std::string& name, Client& client, con
     if (name == "lookup") return up(HashLookupOp::create(client, agents, kBuckets, kChain, kSeed));
     return fail(Errc::invalid_argument, fmt::format("unknown op '{}'", name));
 }
-
-/// A second client keeping every agent's workers busy with `burn` calls, one in flight each
-/// per worker, until stopped.
-class BackgroundLoad {
-public:
-    BackgroundLoad(Transport t, const std::vector<std::string>& addresses, unsigned per_agent, std::uint64_t turns) {
-        thread_ = std::thread([=, this] {
-            auto client = make_client(t);
-            std::vector<Target> targets;
-            for (const auto& a : addresses)
-                if (auto tg = client.connect(a)) targets.push_back(*tg);
-            // A window of `per_agent` calls per agent: as one finishes the next is sent, so a
-            // call is always queued behind the one running.
-            std::deque<std::pair<std::size_t, Future>> inflight;
-            for (std::size_t a = 0; a < targets.size(); ++a)
-                for (unsigned i = 0; i < per_agent; ++i) inflight.emplace_back(a, client.ship(planner_load_kernels::burn, targets[a], turns));
-            while (!stop_.load(std::memory_order_relaxed) && !inflight.empty()) {
-                auto [a, f] = std::move(inflight.front());
-                inflight.pop_front();
-                (void)f.get();
-                ++calls_;
-                inflight.emplace_back(a, client.ship(planner_load_kernels::burn, targets[a], turns));
-            }
-            for (auto& [a, f] : inflight) (void)f.get();
-        });
-    }
-    ~BackgroundLoad() {
-        stop_ = true;
-        thread_.join();
-    }
-    [[nodiscard]] std::uint64_t calls() const { return calls_.load(); }
-
-private:
-    std::atomic<bool> stop_{false};
-    std::atomic<std::uint64_t> calls_{0};
-    std::thread thread_;
-};
 
 struct Point {
     std::string op, transport, code, load;
@@ -177,13 +144,10 @@ void awaken(Client& client, const std::vector<Target>& agents) {
     // whatever runs next.
     const auto until = Clock::now() + std::chrono::seconds(2);
     for (const auto& a : agents) {
-        for (;;) {
-            auto stats = client.agent_stats(a);
-            if (!stats) throw std::runtime_error(fmt::format("stats of {}: {}", a.info().address, stats.error().describe()));
-            auto pending = std::find_if(stats->begin(), stats->end(), [](const auto& kv) { return kv.first == "tier_ups_pending"; });
-            if (pending == stats->end() || pending->second == 0 || Clock::now() >= until) break;
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
+        auto idle = client.await_tier_ups(a, std::max(left, std::chrono::milliseconds(0)));
+        if (!idle && idle.error().code != Errc::unsupported_version)
+            throw std::runtime_error(fmt::format("stats of {}: {}", a.info().address, idle.error().describe()));
     }
     for (unsigned i = 0; i < agents.size(); ++i) {
         const bs_chase_args none{ChaseList::address_of(i, 0), 0, 0};
@@ -362,7 +326,10 @@ int main(int argc, char** argv) {
                         for (const auto& load : cfg.loads) {
                             std::unique_ptr<BackgroundLoad> bg;
                             if (load == "busy") {
-                                bg = std::make_unique<BackgroundLoad>(transport, addresses, 2, cfg.burn_turns);
+                                bg = std::make_unique<BackgroundLoad>(client_options(transport), addresses, 2,
+                                                                      [turns = cfg.burn_turns](Client& c, const Target& t) {
+                                    return c.ship(planner_load_kernels::burn, t, turns);
+                                });
                                 std::this_thread::sleep_for(std::chrono::milliseconds(50));
                             }
                             const int reps = cold ? cfg.cold_reps : cfg.reps;

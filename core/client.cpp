@@ -1,6 +1,9 @@
 #include "client_impl.hpp"
 #include "memory_reuse.hpp"
 
+#include <algorithm>
+#include <thread>
+
 #include <spdlog/spdlog.h>
 
 namespace bitship {
@@ -211,6 +214,20 @@ Result<std::vector<std::pair<std::string, std::uint64_t>>> Client::agent_stats(c
     std::vector<std::pair<std::string, std::uint64_t>> out;
     for (auto& [k, v] : std::get<wire::StatsReply>(msg->body).counters) out.emplace_back(std::string(k), v);
     return out;
+}
+
+Result<bool> Client::await_tier_ups(const Target& target, std::chrono::milliseconds timeout, std::chrono::microseconds poll) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+        auto stats = agent_stats(target);
+        if (!stats) return tl::make_unexpected(stats.error());
+        auto pending = std::find_if(stats->begin(), stats->end(), [](const auto& kv) { return kv.first == "tier_ups_pending"; });
+        if (pending == stats->end())
+            return fail(Errc::unsupported_version, fmt::format("agent {} does not report its background compiles (an older agent)", target.info().address));
+        if (pending->second == 0) return true;
+        if (std::chrono::steady_clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(poll);
+    }
 }
 
 Result<Bytes> Client::control(const Target& target, std::uint8_t type, Bytes payload) {

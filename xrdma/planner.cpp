@@ -267,21 +267,16 @@ struct Planner::Impl {
         const auto deadline = Clock::now() + kTierUpWait;
         std::uint64_t guess_ns = 0;
         for (std::size_t i = 0; i < agents.size(); ++i) {
-            for (;;) {
-                auto c = counters(agents[i]);
-                if (c.empty() || c["compiles"] == marks[i]) break;
-                if (auto pending = c.find("tier_ups_pending"); pending != c.end()) {
-                    if (pending->second == 0 || Clock::now() >= deadline) break;
-                    std::this_thread::sleep_for(kTierUpPoll);
-                    continue;
-                }
-                std::uint64_t ns = 0;
-                for (auto name : {"last_compile_verify_ns", "last_compile_parse_ns", "last_compile_optimise_ns",
-                                  "last_compile_codegen_ns", "last_compile_link_ns"})
-                    ns += c[name];
-                guess_ns = std::max(guess_ns, ns);
-                break;
-            }
+            auto c = counters(agents[i]);
+            if (c.empty() || c["compiles"] == marks[i]) continue;
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+            auto idle = client->await_tier_ups(agents[i], std::max(left, std::chrono::milliseconds(0)), kTierUpPoll);
+            if (idle || idle.error().code != Errc::unsupported_version) continue; // done, timed out, or unreachable
+            std::uint64_t ns = 0;
+            for (auto name : {"last_compile_verify_ns", "last_compile_parse_ns", "last_compile_optimise_ns",
+                              "last_compile_codegen_ns", "last_compile_link_ns"})
+                ns += c[name];
+            guess_ns = std::max(guess_ns, ns);
         }
         if (guess_ns == 0) return;
         const auto wait = std::max<std::chrono::nanoseconds>(kTierUpFloor, std::chrono::nanoseconds(guess_ns * kTierUpFactor));

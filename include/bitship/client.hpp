@@ -313,6 +313,13 @@ public:
     /// The agent's counters (code received, compiles, cache hits, runs, errors, ...).
     Result<std::vector<std::pair<std::string, std::uint64_t>>> agent_stats(const Target& target);
 
+    /// Waits until the agent reports no background tier-1 compile queued or running (its
+    /// `tier_ups_pending` stat), polling every `poll`, for at most `timeout`. True when it
+    /// reports none; false at the timeout; unsupported_version when the agent does not report them (an
+    /// older agent). For benchmarks and planners that time what runs next on a shared machine.
+    Result<bool> await_tier_ups(const Target& target, std::chrono::milliseconds timeout,
+                                std::chrono::microseconds poll = std::chrono::milliseconds(1));
+
     /// Operator control, for tools (xctl): sends a request of wire message type `type` (INFO,
     /// KERNEL_STATS, CACHE_LIST, CACHE_EVICT, DRAIN of core/wire.hpp) with `payload` and returns
     /// the payload of the agent's reply, which the caller decodes. An ERROR reply is the error.

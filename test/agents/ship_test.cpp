@@ -69,15 +69,13 @@ TEST_CASE("an agent reports its background tier-1 compiles: pending after a firs
     CHECK(before["tier_ups_pending"] == 0);
     CHECK(before["tier_ups"] == 0);
     REQUIRE(client.ship(behaviour_kernels::add, target, std::uint64_t{1}, std::uint64_t{2}).get());
-    // The fast compile served the call; the optimised one follows in the background.
-    auto deadline = std::chrono::steady_clock::now() + 20s;
-    std::map<std::string, std::uint64_t> now;
-    do {
-        now = agent_counters(client, target);
-        if (now["tier_ups_pending"] == 0 && now["tier_ups"] == 1) break;
-        std::this_thread::sleep_for(5ms);
-    } while (std::chrono::steady_clock::now() < deadline);
+    // The fast compile served the call; the optimised one follows in the background (queued
+    // before the call was answered), and await_tier_ups waits it out.
+    auto idle = client.await_tier_ups(target, 20s);
     INFO(agent.log());
+    REQUIRE(idle);
+    CHECK(*idle);
+    auto now = agent_counters(client, target);
     CHECK(now["tier_ups_pending"] == 0);
     CHECK(now["tier_ups"] == 1);
     CHECK(now["last_compile_tier"] == 0); // the call's own compile was the fast one

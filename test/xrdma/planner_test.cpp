@@ -7,7 +7,6 @@
 
 #include <atomic>
 #include <csignal>
-#include <deque>
 #include <thread>
 
 #include <fmt/format.h>
@@ -16,10 +15,12 @@
 #include <bitship/client.hpp>
 
 #include "chase_op.hpp"
+#include "background_load.hpp"
 #include "launcher.hpp"
 #include "planner.hpp"
 
 using namespace bitship;
+using bitship::launch::BackgroundLoad;
 using namespace bitship::xrdma;
 using namespace std::chrono_literals;
 using launch::AgentProcess;
@@ -48,39 +49,6 @@ PlannerOptions options_in(const std::filesystem::path& dir) {
     o.calibration_sizes = 4;
     return o;
 }
-
-/// A second client keeping `agent`'s one worker running `ns`-long kernels back to back, two in
-/// flight so that one is always queued, until destroyed.
-class BackgroundLoad {
-public:
-    BackgroundLoad(const std::string& address, std::uint64_t ns) {
-        thread_ = std::thread([this, address, ns] {
-            auto other = client_for("tcp");
-            auto t = other.connect(address);
-            if (!t) return;
-            auto burn = [&] { return other.ship(behaviour_kernels::busy_count, *t, ns); };
-            std::deque<Future> inflight;
-            inflight.push_back(burn());
-            while (!stop_.load()) {
-                inflight.push_back(burn());
-                if (inflight.front().get()) ++calls_;
-                inflight.pop_front();
-            }
-            for (auto& f : inflight) (void)f.get();
-        });
-        while (calls_.load() < 2) std::this_thread::sleep_for(1ms);
-    }
-    ~BackgroundLoad() {
-        stop_ = true;
-        thread_.join();
-    }
-    [[nodiscard]] std::uint64_t calls() const { return calls_.load(); }
-
-private:
-    std::atomic<bool> stop_{false};
-    std::atomic<std::uint64_t> calls_{0};
-    std::thread thread_;
-};
 
 } // namespace
 
@@ -222,7 +190,16 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
 
     // Then a second client keeps the busy agent's one worker running 50 ms kernels back to back,
     // two calls in flight so that one is always queued.
-    BackgroundLoad load(busy.address(), 50'000'000);
+    // A second client keeps the busy agent's one worker running 50 ms kernels, two in flight,
+    // so one is always queued.
+    ClientOptions load_options;
+    load_options.transport = Transport::tcp;
+    load_options.loopback_only = true;
+    load_options.call_timeout = 60s;
+    BackgroundLoad load(load_options, {busy.address()}, 2, [](Client& c, const Target& t) {
+        return c.ship(behaviour_kernels::busy_count, t, std::uint64_t{50'000'000});
+    });
+    REQUIRE(load.wait_for_calls(2, 30s));
 
     std::uint32_t most_busy = 0, most_queued = 0;
     auto shipped = [&](Planner& planner, Op& op) {
