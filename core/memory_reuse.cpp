@@ -16,10 +16,14 @@
 #endif
 #endif
 
+#if defined(__GLIBC__) && !defined(BITSHIP_ASAN)
+#define BITSHIP_GLIBC_MALLOC 1
+#endif
+
 namespace bitship {
 
 bool malloc_is_tunable() noexcept {
-#if defined(__GLIBC__) && !defined(BITSHIP_ASAN)
+#if defined(BITSHIP_GLIBC_MALLOC)
     return true;
 #else
     return false;
@@ -27,7 +31,7 @@ bool malloc_is_tunable() noexcept {
 }
 
 bool keep_freed_memory(std::size_t largest_block) {
-#if defined(__GLIBC__) && !defined(BITSHIP_ASAN)
+#if defined(BITSHIP_GLIBC_MALLOC)
     // glibc caps the mmap threshold at 32 MiB on 64-bit (HEAP_MAX_SIZE / 2); above it, blocks
     // are mapped whatever we ask, which is right for rare giants.
     constexpr std::size_t kMaxThreshold = std::size_t{32} << 20;

@@ -27,18 +27,7 @@
 
 namespace fs = std::filesystem;
 using namespace bitship;
-using bitship::jit_test::Bundle;
-using bitship::jit_test::call;
-using bitship::jit_test::kernel_bitcode;
-using bitship::jit_test::make_bundle;
-using bitship::jit_test::reply_u64;
-
-using bitship::jit_test::as_bytes_of;
-using bitship::jit_test::kernel_bundle;
-using bitship::jit_test::make_jit;
-using bitship::jit_test::run_add;
-using bitship::jit_test::TempDir;
-
+using namespace bitship::jit_test; // the fixtures (jit_fixtures.hpp, test_runtime.hpp)
 
 TEST_CASE("host() describes this machine as LLVM sees it", "[unit]") {
     const auto& h = jit::host();
