@@ -46,6 +46,10 @@ Result<void> confine_compiler(int fd) {
                      SCMP_SYS(gettid)})
         allow(call);
     allow(SCMP_SYS(tgkill), SCMP_A0(SCMP_CMP_EQ, self));
+    // glibc's qsort asks sysinfo for the machine's physical memory the first time it sorts
+    // more than 1 KiB (LLVM's array_pod_sort is qsort), so whether a compile needs it depends
+    // on the kernel shipped. It tells memory totals, load and uptime: nothing to confine.
+    allow(SCMP_SYS(sysinfo));
     // Asking for the signal stack (never setting one): what the sanitizers' runtimes do on
     // their way through a fault or an abort.
     allow(SCMP_SYS(sigaltstack), SCMP_A0(SCMP_CMP_EQ, 0));
