@@ -97,6 +97,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     auto memory = config.region_memory;
     if (memory == AgentConfig::RegionMemory::automatic)
         memory = config.transport == Transport::tcp ? AgentConfig::RegionMemory::private_pages : AgentConfig::RegionMemory::shared;
+    impl->windows = std::make_unique<BulkWindows>(*impl->engine, config.bulk_window_mib << 20, config.bulk_windows_max);
     impl->regions = std::make_unique<RegionTable>(*impl->engine, memory == AgentConfig::RegionMemory::shared
                                                                      ? Engine::RegionMemory::shared
                                                                      : Engine::RegionMemory::private_pages,
@@ -148,6 +149,7 @@ void Agent::stop() {
     });
     impl_->engine->stop();
     impl_->regions->clear();
+    impl_->windows->clear();
     if (impl_->drain_waiter.joinable()) impl_->drain_waiter.join();
 }
 

@@ -93,6 +93,11 @@ struct AgentConfig {
     unsigned sandbox_arena_log2 = 36;
     /// A canary page outside the arena whose state INFO reports (tests; xagent --sandbox-canary).
     bool sandbox_canary = false;
+    /// Each same-host client's bulk window, MiB (xagent --bulk-window-mib; 0: none): shared
+    /// memory its calls' large arguments and results pass through (agents/bulk_windows.hpp).
+    std::size_t bulk_window_mib = 16;
+    /// At most this many sessions hold a window at once; later ones use UCX's path.
+    std::size_t bulk_windows_max = 64;
 };
 
 /// Whether `host` is a loopback address (127.0.0.0/8, ::1, localhost).

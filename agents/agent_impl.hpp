@@ -27,6 +27,7 @@
 #include <spdlog/spdlog.h>
 
 #include "core/engine.hpp"
+#include "bulk_windows.hpp"
 #include "control.hpp"
 #include "code_signatures.hpp"
 #include "kernel_guard.hpp"
@@ -47,6 +48,9 @@ using Clock = std::chrono::steady_clock;
 
 /// How long a forwarded RUN is remembered, so the next agent can ask for its code.
 constexpr auto kForwardMemory = std::chrono::seconds(30);
+/// Results this large or more go through the call's bulk-window slot when it offered one;
+/// smaller ones cost less in the message (one eager send).
+constexpr std::size_t kWindowResultMin = 16 << 10;
 /// Messages queued for a peer agent while its connection is being made.
 constexpr std::size_t kMaxQueuedPerLink = 1 << 16;
 
@@ -65,6 +69,10 @@ struct RunRequest {
     std::uint64_t id = 0;   ///< this hop's request id (NEED_CODE answers it)
     std::vector<std::byte> payload;
     wire::Run run;
+    /// The session's bulk window when the RUN uses it (run.window): held until answered.
+    std::shared_ptr<BulkWindow> window;
+    /// Arguments copied out of the window, where no sandbox call buffer copies them.
+    std::vector<std::byte> window_args;
 };
 
 // A compiled kernel or an operator's native one: what a worker runs.
@@ -101,7 +109,8 @@ struct Link {
     X(malformed_messages) X(kernel_failures) X(kernel_crashes) X(kernel_timeouts) X(pings)           \
     X(forwards) X(forwards_local) X(code_forwarded) X(native_runs) X(unauthorized)                  \
     X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
-    X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)
+    X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)                         \
+    X(window_args) X(window_results)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};
@@ -125,6 +134,7 @@ struct Agent::Impl {
     std::unique_ptr<jit::Jit> jit;
     std::unique_ptr<Engine> engine;
     std::unique_ptr<RegionTable> regions;
+    std::unique_ptr<BulkWindows> windows; // whoever progresses
     std::unique_ptr<WorkerPool> pool;
     Topology topology;
     SliceSiblings siblings; // bundles' other slices, for forwards across architectures
@@ -210,6 +220,12 @@ struct Agent::Impl {
     bool begin_drain();
 
     // dispatch.cpp
+    // A RUN that names the session's bulk window: its arguments read from it, its result
+    // slot checked. False when it was refused (and answered).
+    bool take_window(RunRequest& r);
+    // The final answer of a kernel that returned `reply`: in the call's window slot when
+    // it offered one that holds it, else in the message.
+    void answer_result(const RunRequest& r, std::vector<std::byte>&& reply);
     void on_run(std::shared_ptr<RunRequest> r);
     void on_compiled(const CodeHash& hash, Result<std::shared_ptr<const jit::CompiledCode>> code);
     void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code);

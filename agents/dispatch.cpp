@@ -5,12 +5,57 @@ namespace {
 void wake_watchdog(void* engine) { static_cast<Engine*>(engine)->wake_watch(); }
 } // namespace
 
+bool Agent::Impl::take_window(RunRequest& r) {
+    const auto& use = *r.run.window;
+    r.window = r.run.hops == 0 ? windows->find(r.conn) : nullptr;
+    if (!r.window) {
+        answer_error(r, Error{Errc::invalid_argument, "the RUN names a bulk window this session does not hold"});
+        return false;
+    }
+    if (use.args_size > config.limits.max_args) {
+        answer_error(r, Error{Errc::too_large, fmt::format("{} bytes of arguments exceed the limit of {}", use.args_size,
+                                                          config.limits.max_args)});
+        return false;
+    }
+    auto args = r.window->at(use.args_offset, use.args_size);
+    auto slot = r.window->at(use.result_offset, use.result_capacity);
+    if (!args || !slot) {
+        answer_error(r, args ? slot.error() : args.error());
+        return false;
+    }
+    // The client may write its window while the call runs: the arguments are copied once
+    // before anyone reads them, by the sandbox into its call buffer (shipped code under sfi),
+    // else here.
+    if (use.args_size == 0) return true; // the arguments are in the message
+    counters.window_args.fetch_add(1, std::memory_order_relaxed);
+    if (sandbox->mode() == SandboxMode::sfi && r.run.hash != CodeHash{}) {
+        r.run.args = *args;
+    } else {
+        r.window_args.assign(args->begin(), args->end());
+        r.run.args = r.window_args;
+    }
+    return true;
+}
+
+void Agent::Impl::answer_result(const RunRequest& r, std::vector<std::byte>&& reply) {
+    if (r.window && reply.size() >= kWindowResultMin && reply.size() <= r.run.window->result_capacity) {
+        if (auto slot = r.window->at(r.run.window->result_offset, reply.size())) {
+            std::memcpy(slot->data(), reply.data(), reply.size());
+            counters.window_results.fetch_add(1, std::memory_order_relaxed);
+            answer(r, wire::encode_window_result(0, {r.run.window->result_offset, reply.size()}));
+            return;
+        }
+    }
+    answer(r, wire::encode_result(0, std::move(reply)));
+}
+
 void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
     counters.runs.fetch_add(1, std::memory_order_relaxed);
     if (draining.load(std::memory_order_relaxed)) {
         answer_error(*r, Error{Errc::shutting_down, "agent is draining: it takes no new calls"});
         return;
     }
+    if (r->run.window && !take_window(*r)) return;
     if (r->run.peers.empty() && !config.peers.empty()) {
         // No table shipped: the operator's. It outlives every request (it is config).
         for (const auto& p : config.peers) r->run.peers.push_back(p);
@@ -191,6 +236,6 @@ void Agent::Impl::finish_kernel(const std::shared_ptr<RunRequest>& r, const std:
         return;
     }
     counters.results.fetch_add(1, std::memory_order_relaxed);
-    answer(*r, wire::encode_result(0, std::move(ctx.reply)));
+    answer_result(*r, std::move(ctx.reply));
 }
 } // namespace bitship::agent

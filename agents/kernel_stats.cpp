@@ -195,8 +195,12 @@ void KernelStats::on_answer(const CodeHash& hash, std::string_view entry, std::u
         c->errors.add(static_cast<Errc>(code));
         return;
     }
-    k->bytes_out.fetch_add(answer.payload.size(), kRelaxed);
-    c->bytes_out.fetch_add(answer.payload.size(), kRelaxed);
+    // A result in the bulk window says its size in the message (wire::WindowSpan).
+    std::uint64_t out = answer.payload.size();
+    if ((answer.header.flags & wire::kFlagWindow) && answer.payload.size() == 2 * sizeof out)
+        std::memcpy(&out, answer.payload.data() + sizeof out, sizeof out);
+    k->bytes_out.fetch_add(out, kRelaxed);
+    c->bytes_out.fetch_add(out, kRelaxed);
 }
 
 wire::KernelStatsReply KernelStats::snapshot() const {

@@ -130,6 +130,17 @@ void Agent::Impl::on_message(Incoming&& in) {
         reply(in.ep, conn, wire::encode_region_info(in.header.request_id, info));
         return;
     }
+    case wire::Type::window: {
+        auto w = windows->open(conn);
+        if (!w) {
+            reply_error(in.ep, conn, in.header.request_id, w.error());
+            return;
+        }
+        const auto& m = (*w)->memory;
+        wire::RegionInfo info{reinterpret_cast<std::uint64_t>(m.base), m.size, m.packed_rkey};
+        reply(in.ep, conn, wire::encode_region_info(in.header.request_id, info));
+        return;
+    }
     case wire::Type::run: {
         auto r = std::make_shared<RunRequest>();
         r->ep = in.ep;
@@ -151,6 +162,7 @@ void Agent::Impl::on_message(Incoming&& in) {
 void Agent::Impl::on_ep_error(ucp_ep_h ep, const Error& e) {
     if (auto it = connections.find(ep); it != connections.end()) {
         gate->close(it->second);
+        windows->close(it->second);
         connections.erase(it);
         spdlog::info("client went away: {}", e.message);
     }

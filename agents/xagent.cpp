@@ -189,6 +189,10 @@ int main(int argc, char** argv) {
             if (n < 4 || n > 16384 || (n & (n - 1)) != 0) return "a power of two from 4 to 16384";
             return {};
         })->capture_default_str();
+    app.add_option("--bulk-window-mib", config.bulk_window_mib,
+                   "shared memory per same-host client session, MiB, that its calls' large arguments and results pass "
+                   "through instead of UCX's copies (made when the client asks; 0: none)")
+        ->check(CLI::Range(0, 4096))->capture_default_str();
     app.add_flag("--sandbox-canary", config.sandbox_canary,
                  "keep a canary page outside the arena and report its address and state in INFO (tests)")->group("");
     app.add_flag("--no-native", no_native, "do not pre-install the native xrdma handlers (chase)");

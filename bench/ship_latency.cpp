@@ -51,6 +51,7 @@ struct Config {
     int idle_reps = 50;
     int idle_ms = 5;
     std::string emulated_cpu = "neoverse-n1";
+    bool bulk_window = true;
 };
 
 Client make_client(Transport t, const Config& cfg) {
@@ -59,6 +60,7 @@ Client make_client(Transport t, const Config& cfg) {
     o.loopback_only = true;
     o.progress = *parse_progress_mode(cfg.progress);
     o.spin = std::chrono::microseconds(cfg.spin_us);
+    o.bulk_window = cfg.bulk_window;
     auto c = Client::create(o);
     if (!c) throw std::runtime_error(c.error().describe());
     return std::move(*c);
@@ -109,9 +111,13 @@ int main(int argc, char** argv) {
     app.add_option("--emulated-cpu", cfg.emulated_cpu, "with --agent-arch aarch64: the CPU qemu emulates (QEMU_CPU)")
         ->capture_default_str();
     app.add_flag("--quick", quick, "fewer repetitions (2000 timed, 3 cold)");
+    bool no_window = false;
+    app.add_flag("--no-bulk-window", no_window,
+                 "no same-host bulk window (ClientOptions::bulk_window off): calls carry no window slot");
     app.add_option("--csv", cfg.csv, "write the rows as CSV here");
     app.add_option("--json", cfg.json, "write the rows as JSON here");
     CLI11_PARSE(app, argc, argv);
+    cfg.bulk_window = !no_window;
     if (quick) {
         cfg.reps = 2000;
         cfg.warmup = 500;

@@ -129,6 +129,9 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
     app.add_flag("--quick", quick, "smaller rounds (20000 calls, 100 bulk calls, 3 rounds)");
     app.add_option("--csv", cfg.csv, "write the rows as CSV here");
+    bool no_window = false;
+    app.add_flag("--no-bulk-window", no_window,
+                 "same-host bulk data by UCX alone (ClientOptions::bulk_window off), to compare with the window");
     CLI11_PARSE(app, argc, argv);
     if (quick) {
         cfg.calls = 20000;
@@ -136,8 +139,9 @@ int main(int argc, char** argv) {
         cfg.rounds = 3;
     }
     fmt::print("ship_rate: {} | progress {} for client and agent | agent: 1 worker | window {} calls | bulk {} bytes, {} in "
-               "flight (sliding window) | {} rounds per row, median | loopback, unpinned\n\n",
-               bench::cpu_description(), cfg.progress, cfg.window, cfg.bulk_bytes, cfg.bulk_in_flight, cfg.rounds);
+               "flight (sliding window) | {} rounds per row, median | loopback, unpinned | same-host bulk window {}\n\n",
+               bench::cpu_description(), cfg.progress, cfg.window, cfg.bulk_bytes, cfg.bulk_in_flight, cfg.rounds,
+               no_window ? "off (UCX alone)" : "on where the agent gives one");
     fmt::print("{:<5} {:<40} {:>14} {:>14} {:>8}\n", "tl", "measure", "bitship", "ucx_perftest", "ratio");
 
     std::vector<bench::Row> rows;
@@ -156,6 +160,7 @@ int main(int argc, char** argv) {
             o.transport = *transport;
             o.loopback_only = true;
             o.progress = *parse_progress_mode(cfg.progress);
+            o.bulk_window = !no_window;
             auto client = Client::create(o);
             if (!client) throw std::runtime_error(client.error().describe());
             auto target = client->connect(agent.address());

@@ -6,6 +6,7 @@
 //   client_dispatch.cpp the ship path: slice choice, RUN, NEED_CODE
 //   client_rma.cpp      regions, one-sided GET/PUT and GET walks
 //   client_auth.cpp     the session handshake (AUTH) and the signatures shipped code carries
+//   client_bulk.cpp     a same-host agent's bulk window: large arguments and results by memcpy
 // Everything below "progress token" is touched only by whoever progresses the engine (its
 // own thread, or a caller leading while it waits), one at a time.
 
@@ -21,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "agent_load.hpp"
+#include "bulk_window.hpp"
 #include "engine.hpp"
 #include "wire.hpp"
 
@@ -73,6 +75,10 @@ struct CallState {
     // RMA: the region, where, and (get_chain) the walk.
     RemoteRegion region;
     std::uint64_t offset = 0;
+    // RUN: the slot of the peer's bulk window this call holds until answered (-1: none), and
+    // which of the peer's windows it is in.
+    int window_slot = -1;
+    std::uint64_t window_generation = 0;
     std::string name;
     Client::NextGet next;
     Bytes scratch;
@@ -137,6 +143,7 @@ struct Peer {
     std::unordered_map<std::pair<const void*, Device>, Result<SliceChoice>, SliceKeyHash> slice_by_bundle;
     /// Hashes this address holds (Client::Impl::known's entry, made on first use).
     std::set<CodeHash>* known = nullptr;
+    PeerWindow window; ///< the agent's bulk window for this session, when same-host
 };
 
 /// "host:port" (IPv6 in brackets) split and checked.
@@ -168,6 +175,7 @@ struct Client::Impl {
     std::map<std::pair<std::uint64_t, std::string>, RemoteRegion> regions;
     std::map<CodeHash, Signature> code_signatures; ///< the author's, made once per hash
     std::map<std::pair<ucp_ep_h, const Bytes*>, MappedRkey> rkeys;
+    std::uint64_t window_generations = 0;
 
     std::string agent_name(const Peer& p) const { return fmt::format("agent {}", p.address); }
 
@@ -210,6 +218,20 @@ struct Client::Impl {
     // The author's signatures over the slices of `code`: one over `hash` for a single slice,
     // one per slice for a whole bundle; none without a key.
     std::vector<wire::CodeSignature> sign_code(std::span<const std::byte> code, const CodeHash& hash, bool whole_bundle);
+
+    // client_bulk.cpp
+    // After the session is up: asks a same-host agent for this session's bulk window.
+    void ask_window(Peer& p);
+    void on_window_reply(Peer& p, const wire::Message& reply);
+    // The session is over: the window with it (calls holding slots are failed by then).
+    void drop_window(Peer& p);
+    // Gives call `c` a slot of the peer's window, if one is free, for its result and (large
+    // ones) its arguments, which it copies there; `run` says so.
+    void offer_window(Peer& p, CallState& c, wire::Run& run);
+    // A RESULT in the window: its bytes, when they lie in the slot `c` offered.
+    Result<Bytes> window_result(Peer& p, const CallState& c, const wire::WindowSpan& where);
+    // `c` was answered: its slot is free for the next call.
+    void give_back_slot(Peer& p, CallState& c);
 
     // client_rma.cpp
     Result<MappedRkey> rkey_for(Peer& p, const RemoteRegion& r);

@@ -52,6 +52,7 @@ void Client::Impl::fail_peer(Peer& p, const Error& why) {
             ++it;
         }
     }
+    drop_window(p);
     if (p.ep) {
         peer_by_ep.erase(p.ep);
         p.ep = nullptr;
@@ -95,6 +96,7 @@ void Client::Impl::on_session(Peer& p) {
         p.connecting->complete(Bytes{});
         p.connecting.reset();
     }
+    ask_window(p);
     auto waiting = std::move(p.waiting);
     p.waiting.clear();
     for (auto& c : waiting) dispatch(p, c);
@@ -109,9 +111,16 @@ void Client::Impl::on_forwarded_reply(Incoming&& in) {
     }
     auto c = it->second;
     loads.on_reply(c->peer, in.header); // the last agent's load, kept against the target shipped to
+    if (in.header.type == wire::Type::result || in.header.type == wire::Type::error) {
+        if (auto peer = peers.find(c->peer); peer != peers.end()) give_back_slot(peer->second, *c);
+    }
     if (in.header.type == wire::Type::result) {
         pending.erase(it);
-        c->complete(std::move(in.payload));
+        // Only the agent a call was sent to holds its window slot.
+        if (in.header.flags & wire::kFlagWindow)
+            c->complete(fail(Errc::malformed_message, "a forwarded call's last agent answered in a bulk window it does not hold"));
+        else
+            c->complete(std::move(in.payload));
         return;
     }
     if (in.header.type == wire::Type::error) {
@@ -150,6 +159,10 @@ void Client::Impl::on_message(Incoming&& in) {
         on_auth_reply(*p, *msg);
         return;
     }
+    if (p->window.request && in.header.request_id == p->window.request) {
+        on_window_reply(*p, *msg);
+        return;
+    }
     auto it = pending.find(in.header.request_id);
     if (it == pending.end()) {
         if (in.header.request_id < next_id.load()) stray_replies.fetch_add(1, std::memory_order_relaxed);
@@ -159,7 +172,14 @@ void Client::Impl::on_message(Incoming&& in) {
     }
     auto c = it->second;
     switch (in.header.type) {
-    case wire::Type::result:
+    case wire::Type::result: {
+        pending.erase(it);
+        const auto& res = std::get<wire::ResultMsg>(msg->body);
+        Result<Bytes> bytes = res.window ? window_result(*p, *c, *res.window) : Result<Bytes>(std::move(in.payload));
+        give_back_slot(*p, *c);
+        c->complete(std::move(bytes));
+        return;
+    }
     case wire::Type::pong:
     case wire::Type::stats_reply:
     case wire::Type::region_info:
@@ -173,6 +193,7 @@ void Client::Impl::on_message(Incoming&& in) {
     case wire::Type::error: {
         const auto& e = std::get<wire::ErrorMsg>(msg->body);
         pending.erase(it);
+        give_back_slot(*p, *c);
         c->complete(fail(e.code, fmt::format("{}: {}", agent_name(*p), e.message)));
         return;
     }
@@ -214,6 +235,8 @@ void Client::Impl::on_tick() {
     }
     for (auto it = pending.begin(); it != pending.end();) {
         if (now > it->second->deadline) {
+            // A window slot it holds stays taken: the agent may still write the late answer
+            // there. It comes free with the window (the session's end).
             auto& c = *it->second;
             auto peer = peers.find(c.peer);
             c.complete(fail(Errc::timeout, fmt::format("no answer from {} within {} ms",

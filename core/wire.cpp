@@ -123,6 +123,7 @@ std::string_view to_string(Type t) noexcept {
     case Type::ack: return "ACK";
     case Type::drain: return "DRAIN";
     case Type::auth: return "AUTH";
+    case Type::window: return "WINDOW";
     }
     return "UNKNOWN";
 }
@@ -183,6 +184,11 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
     }
     case Type::run: {
         Run r;
+        if (header.flags & kFlagWindow) {
+            auto args_offset = in.u64(), args_size = in.u64(), result_offset = in.u64(), result_capacity = in.u64();
+            if (!args_offset || !args_size || !result_offset || !result_capacity) return truncated(t, "window");
+            r.window = WindowUse{*args_offset, *args_size, *result_offset, *result_capacity};
+        }
         auto hash = in.bytes(32);
         if (!hash) return truncated(t, "hash");
         std::memcpy(r.hash.data(), hash->data(), 32);
@@ -220,6 +226,8 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
                     return truncated(t, "signatures");
         }
         if (entry->empty()) return fail(Errc::malformed_message, "RUN message names no entry point");
+        if (r.window && r.window->args_size != 0 && !args->empty())
+            return fail(Errc::malformed_message, "RUN message carries arguments both in the message and in its window");
         if (!r.peers.empty() && *self >= r.peers.size())
             return fail(Errc::malformed_message,
                         fmt::format("RUN message says this agent is peer {} of {}", *self, r.peers.size()));
@@ -242,7 +250,16 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         m.body = n;
         break;
     }
-    case Type::result: m.body = ResultMsg{payload}; return m;
+    case Type::result: {
+        if (!(header.flags & kFlagWindow)) {
+            m.body = ResultMsg{payload, std::nullopt};
+            return m;
+        }
+        auto offset = in.u64(), size = in.u64();
+        if (!offset || !size) return truncated(t, "window");
+        m.body = ResultMsg{{}, WindowSpan{*offset, *size}};
+        break;
+    }
     case Type::error: {
         auto code = in.u32();
         auto kcode = in.u32();
@@ -291,7 +308,8 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
     case Type::info:
     case Type::kernel_stats:
     case Type::cache_list:
-    case Type::drain: m.body = Empty{}; break;
+    case Type::drain:
+    case Type::window: m.body = Empty{}; break;
     case Type::info_reply: {
         Fields f;
         auto n = count_of(in, 4); // two empty str16s at least
@@ -430,6 +448,12 @@ Encoded encode_welcome(const Welcome& x) {
 
 Encoded encode_run(std::uint64_t id, const Run& r) {
     ByteWriter w;
+    if (r.window) {
+        w.u64(r.window->args_offset);
+        w.u64(r.window->args_size);
+        w.u64(r.window->result_offset);
+        w.u64(r.window->result_capacity);
+    }
     std::size_t peers = 0;
     for (auto p : r.peers) peers += 2 + p.size();
     w.reserve(sizeof r.hash + 8 + 3 * 2 + 2 + r.entry.size() + 4 + kArgsAlignment + r.args.size() + 4 + r.code.size() + 4 +
@@ -457,7 +481,9 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
             write_array(w, r.signatures[i].signature);
         }
     }
-    return finish(start(Type::run, id), std::move(w));
+    auto e = finish(start(Type::run, id), std::move(w));
+    if (r.window) e.header.flags |= kFlagWindow;
+    return e;
 }
 
 Encoded encode_need_code(std::uint64_t id, const CodeHash& hash) {
@@ -470,6 +496,15 @@ Encoded encode_result(std::uint64_t id, std::vector<std::byte> bytes) {
     auto e = start(Type::result, id);
     e.payload = std::move(bytes);
     e.header.payload_size = static_cast<std::uint32_t>(e.payload.size());
+    return e;
+}
+
+Encoded encode_window_result(std::uint64_t id, const WindowSpan& where) {
+    ByteWriter w;
+    w.u64(where.offset);
+    w.u64(where.size);
+    auto e = finish(start(Type::result, id), std::move(w));
+    e.header.flags |= kFlagWindow;
     return e;
 }
 

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,10 +49,15 @@ enum class Type : std::uint8_t {
     ack = 20,                ///< Ack: whether the request did something, and a note
     drain = 21,              ///< stop accepting RUNs, finish those in flight, exit: answered by ACK at once
     auth = 22,               ///< client → agent: its key and signature over WELCOME's challenge; ACK or ERROR
+    window = 23,             ///< client → agent: this session's bulk window (REGION_INFO, or ERROR)
 };
 
 /// The highest message type this build knows.
-inline constexpr Type kLastType = Type::auth;
+inline constexpr Type kLastType = Type::window;
+
+/// Header::flags of a RUN whose payload starts with a WindowUse, and of a RESULT whose payload
+/// is a WindowSpan (the bytes are in the session's bulk window, agents/bulk_windows.hpp).
+inline constexpr std::uint16_t kFlagWindow = 1u << 0;
 
 std::string_view to_string(Type t) noexcept;
 
@@ -124,6 +130,22 @@ inline constexpr std::size_t kCodeSignatureBytes = 32 + 32 + 64;
 /// least this aligned), so kernels may cast bs_args() to their struct.
 inline constexpr std::size_t kArgsAlignment = 16;
 
+/// Where a RUN's arguments lie in the session's bulk window, and where its result may go.
+/// A slot of the window, offered by the client: args_size bytes at args_offset (0: the
+/// arguments travel in the message), a result of up to result_capacity bytes at result_offset.
+struct WindowUse {
+    std::uint64_t args_offset = 0;
+    std::uint64_t args_size = 0;
+    std::uint64_t result_offset = 0;
+    std::uint64_t result_capacity = 0;
+};
+
+/// A RESULT's bytes in the session's bulk window.
+struct WindowSpan {
+    std::uint64_t offset = 0;
+    std::uint64_t size = 0;
+};
+
 struct Run {
     CodeHash hash{};
     std::uint64_t origin = 0;      ///< the caller's request id: what the final answer carries
@@ -139,6 +161,9 @@ struct Run {
     /// whole bundle), by its author. Sent with code only, after the peers as `u16 n · n ×
     /// (hash, signer, signature)`; a RUN that ends after the peers has none.
     std::vector<CodeSignature> signatures;
+    /// Sent (Header::flags kFlagWindow) by a client that holds a bulk window on this session;
+    /// with it the message's own args are empty. Never forwarded.
+    std::optional<WindowUse> window;
 };
 
 struct NeedCode {
@@ -147,6 +172,7 @@ struct NeedCode {
 
 struct ResultMsg {
     std::span<const std::byte> bytes;
+    std::optional<WindowSpan> window; ///< set (kFlagWindow): the bytes are there, not in the message
 };
 
 struct ErrorMsg {
@@ -268,13 +294,15 @@ Encoded encode_welcome(const Welcome& w);
 Encoded encode_run(std::uint64_t id, const Run& r);
 Encoded encode_need_code(std::uint64_t id, const CodeHash& hash);
 Encoded encode_result(std::uint64_t id, std::vector<std::byte> bytes);
+/// A RESULT whose bytes the agent wrote into the session's bulk window.
+Encoded encode_window_result(std::uint64_t id, const WindowSpan& where);
 Encoded encode_error(std::uint64_t id, Errc code, std::string_view message, std::int32_t kernel_code = 0);
 Encoded encode_ping(Type type, std::uint64_t id, std::span<const std::byte> bytes);
 Encoded encode_stats(std::uint64_t id);
 Encoded encode_region(std::uint64_t id, std::string_view name);
 Encoded encode_region_info(std::uint64_t id, const RegionInfo& info);
 Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters);
-/// A request with no body: info, kernel_stats, cache_list, drain.
+/// A request with no body: info, kernel_stats, cache_list, drain, window.
 Encoded encode_request(Type type, std::uint64_t id);
 Encoded encode_info_reply(std::uint64_t id, const Fields& f);
 Encoded encode_kernel_stats_reply(std::uint64_t id, const KernelStatsReply& s);

@@ -208,6 +208,10 @@ struct ClientOptions {
     /// 128 KiB is a fresh mmap, faulted in page by page and unmapped again, which costs 3-5×
     /// in bulk bandwidth. Turn it off if your program tunes malloc itself.
     bool keep_freed_memory = true;
+    /// With an agent on this host reached over shared memory: ask it for a window of shared
+    /// memory (xagent --bulk-window-mib) that large arguments and results are copied through
+    /// once each way, instead of in UCX's 8 KiB fragments.
+    bool bulk_window = true;
 };
 
 /// Counters of what this client sent and received; for tests and benchmarks.

@@ -313,3 +313,58 @@ TEST_CASE("the fuzz corpus' WELCOME seed is a valid WELCOME with every capabilit
     CHECK(w.caps.numa.size() == 2);
     CHECK(w.caps.cpu_model == "Cortex-A78AE");
 }
+
+TEST_CASE("a RUN and a RESULT that use the session's bulk window round trip, flagged in the header", "[unit]") {
+    wire::Run r;
+    r.hash.fill(3);
+    r.entry = "echo";
+    r.window = wire::WindowUse{2u << 20, 1u << 20, 2u << 20, 2u << 20};
+    auto e = wire::encode_run(5, r);
+    CHECK((e.header.flags & wire::kFlagWindow) != 0);
+    auto m = wire::decode(e.header, e.payload);
+    REQUIRE(m);
+    const auto& got = std::get<wire::Run>(m->body);
+    REQUIRE(got.window);
+    CHECK(got.window->args_offset == 2u << 20);
+    CHECK(got.window->args_size == 1u << 20);
+    CHECK(got.window->result_capacity == 2u << 20);
+    CHECK(got.args.empty());
+    CHECK(got.entry == "echo");
+    // Without the flag the same RUN carries no window.
+    CHECK_FALSE(std::get<wire::Run>(wire::decode(sample_run().header, sample_run().payload)->body).window);
+
+    auto re = wire::encode_window_result(6, {4096, 12345});
+    CHECK((re.header.flags & wire::kFlagWindow) != 0);
+    auto rm = wire::decode(re.header, re.payload);
+    REQUIRE(rm);
+    const auto& res = std::get<wire::ResultMsg>(rm->body);
+    REQUIRE(res.window);
+    CHECK(res.window->offset == 4096);
+    CHECK(res.window->size == 12345);
+    CHECK(res.bytes.empty());
+}
+
+TEST_CASE("window RUNs and RESULTs that are cut short, or carry arguments twice, are refused as malformed", "[unit]") {
+    wire::Run r;
+    r.entry = "echo";
+    static const std::uint64_t value = 7;
+    r.window = wire::WindowUse{0, 64, 0, 64};
+    r.args = std::as_bytes(std::span(&value, 1));
+    auto twice = wire::encode_run(1, r);
+    auto m = wire::decode(twice.header, twice.payload);
+    REQUIRE_FALSE(m);
+    CHECK(m.error().code == Errc::malformed_message);
+    CHECK_THAT(m.error().message, Catch::Contains("window"));
+
+    for (auto e : {wire::encode_run(2, [] { wire::Run x; x.entry = "echo"; x.window = wire::WindowUse{}; return x; }()),
+                   wire::encode_window_result(3, {0, 8})}) {
+        for (std::size_t n = 0; n < e.payload.size(); ++n) {
+            auto h = e.header;
+            h.payload_size = static_cast<std::uint32_t>(n);
+            std::vector<std::byte> cut(e.payload.begin(), e.payload.begin() + static_cast<std::ptrdiff_t>(n));
+            auto d = wire::decode(h, cut);
+            REQUIRE_FALSE(d);
+            CHECK(d.error().code == Errc::malformed_message);
+        }
+    }
+}

@@ -1,0 +1,165 @@
+// Same-host bulk data through the session's window (agents/bulk_windows.hpp): large arguments
+// and results come back intact, many calls in flight share the window's slots, TCP and
+// turned-off windows take UCX's path, and RUNs that misuse a window are refused by name.
+
+#include <catch2/catch.hpp>
+
+#include <cstring>
+
+#include <bitship/client.hpp>
+#include <behaviour_kernels.hpp>
+
+#include "core/bulk_window.hpp"
+#include "core/wire.hpp"
+#include "launcher.hpp"
+#include "raw_peer.hpp"
+#include "test_support.hpp"
+
+using namespace bitship;
+using bitship::launch::AgentProcess;
+using bitship::test::agent_counters;
+using bitship::test::make_client;
+using bitship::test::RawPeer;
+
+namespace {
+
+/// `size` bytes that differ from call to call and from place to place.
+Bytes pattern(std::size_t size, std::uint64_t seed) {
+    Bytes b(size);
+    std::uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (auto& v : b) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v = static_cast<std::byte>(x);
+    }
+    return b;
+}
+
+/// Echoes each size once; returns how many came back intact.
+int echo_sizes(Client& client, const Target& t, std::initializer_list<std::size_t> sizes) {
+    int intact = 0;
+    std::uint64_t seed = 1;
+    for (auto size : sizes) {
+        auto args = pattern(size, seed++);
+        auto r = client.ship_bytes(behaviour_kernels::echo, t, args).get();
+        INFO(size << " bytes: " << (r ? "" : r.error().describe()));
+        REQUIRE(r);
+        if (*r != args) WARN(size << " bytes: got " << r->size() << " back, not the same");
+        intact += *r == args;
+    }
+    return intact;
+}
+
+} // namespace
+
+TEST_CASE("large arguments and results to a same-host agent over shared memory go through its bulk window intact",
+          "[integration]") {
+    AgentProcess agent("shm");
+    auto client = make_client("shm");
+    auto t = client.connect(agent.address());
+    REQUIRE(t);
+    // Small (in the messages), at the threshold, and up to the agent's 1 MiB argument limit.
+    CHECK(echo_sizes(client, *t, {8, 4096, kWindowArgsMin - 1, kWindowArgsMin, 200'000, 1 << 20}) == 6);
+    auto c = agent_counters(client, *t);
+    // The window's answer is in before the first call's (the agent answers in order): from
+    // then on, arguments of kWindowArgsMin and more and results of 16 KiB and more use it.
+    CHECK(c["window_args"] == 3);
+    CHECK(c["window_results"] == 4);
+}
+
+TEST_CASE("more bulk calls in flight than window slots each get their own bytes back", "[integration]") {
+    AgentProcess agent("shm", {"--workers", "2"});
+    auto client = make_client("shm");
+    auto t = client.connect(agent.address());
+    REQUIRE(t);
+    REQUIRE(echo_sizes(client, *t, {1 << 16}) == 1); // the window is there from here on
+    constexpr int kCalls = 4 * kWindowSlots;
+    std::vector<Bytes> sent;
+    std::vector<Future> calls;
+    for (int i = 0; i < kCalls; ++i) {
+        sent.push_back(pattern(100'000 + 4096 * i, 100 + i));
+        calls.push_back(client.ship_bytes(behaviour_kernels::echo, *t, sent.back()));
+    }
+    int intact = 0;
+    for (int i = 0; i < kCalls; ++i) {
+        auto r = calls[i].get();
+        INFO("call " << i << ": " << (r ? "" : r.error().describe()));
+        REQUIRE(r);
+        intact += *r == sent[i];
+    }
+    CHECK(intact == kCalls);
+    auto c = agent_counters(client, *t);
+    CHECK(c["window_args"] >= kWindowSlots);
+    // Slots free again once answered: later calls use the window too.
+    const auto before = c["window_args"];
+    CHECK(echo_sizes(client, *t, {1 << 17, 1 << 18}) == 2);
+    CHECK(agent_counters(client, *t)["window_args"] == before + 2);
+}
+
+TEST_CASE("over TCP, or with windows turned off, bulk calls take UCX's path", "[integration]") {
+    SECTION("tcp") {
+        AgentProcess agent("tcp");
+        auto client = make_client("tcp");
+        auto t = client.connect(agent.address());
+        REQUIRE(t);
+        CHECK(echo_sizes(client, *t, {1 << 16, 1 << 20}) == 2);
+        auto c = agent_counters(client, *t);
+        CHECK(c["window_args"] == 0);
+        CHECK(c["window_results"] == 0);
+    }
+    SECTION("xagent --bulk-window-mib 0") {
+        AgentProcess agent("shm", {"--bulk-window-mib", "0"});
+        auto client = make_client("shm");
+        auto t = client.connect(agent.address());
+        REQUIRE(t);
+        CHECK(echo_sizes(client, *t, {1 << 16, 1 << 20, 1 << 16}) == 3);
+        auto c = agent_counters(client, *t);
+        CHECK(c["window_args"] == 0);
+        CHECK(c["window_results"] == 0);
+    }
+}
+
+TEST_CASE("a RUN that misuses a bulk window is refused, naming what was wrong", "[integration]") {
+    AgentProcess agent("shm");
+    RawPeer raw("shm", agent.port());
+    auto run_with = [](std::uint64_t id, wire::WindowUse use) {
+        wire::Run r;
+        r.hash.fill(1);
+        r.entry = "add";
+        r.window = use;
+        return wire::encode_run(id, r);
+    };
+    SECTION("a window the session never asked for") {
+        raw.send(run_with(31, {0, 16, 0, 64}));
+        auto [code, message] = raw.error_for(31);
+        CHECK(code == Errc::invalid_argument);
+        CHECK_THAT(message, Catch::Contains("bulk window"));
+    }
+    SECTION("ranges outside the window") {
+        raw.send(wire::encode_request(wire::Type::window, 40));
+        auto info = raw.wait(wire::Type::region_info, 40);
+        REQUIRE(info);
+        auto m = wire::decode(info->header, info->payload);
+        REQUIRE(m);
+        const auto size = std::get<wire::RegionInfo>(m->body).size;
+        CHECK(size == 16u << 20);
+        raw.send(run_with(41, {size - 8, 16, 0, 64}));
+        auto [code, message] = raw.error_for(41);
+        CHECK(code == Errc::out_of_bounds);
+        CHECK_THAT(message, Catch::Contains("bulk window"));
+        raw.send(run_with(42, {0, 16, ~std::uint64_t{0} - 4, 64}));
+        auto [code2, message2] = raw.error_for(42);
+        CHECK(code2 == Errc::out_of_bounds);
+        raw.send(run_with(43, {0, (4u << 20), 0, 64}));
+        auto [code3, message3] = raw.error_for(43);
+        CHECK(code3 == Errc::too_large);
+        // A good use of it still works: code is missing, so NEED_CODE.
+        raw.send(run_with(44, {0, 16, 0, 64}));
+        CHECK(raw.wait(wire::Type::need_code, 44));
+    }
+    auto client = make_client("shm");
+    auto t = client.connect(agent.address());
+    REQUIRE(t);
+    CHECK(echo_sizes(client, *t, {1 << 20}) == 1);
+}
