@@ -97,7 +97,9 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     auto memory = config.region_memory;
     if (memory == AgentConfig::RegionMemory::automatic)
         memory = config.transport == Transport::tcp ? AgentConfig::RegionMemory::private_pages : AgentConfig::RegionMemory::shared;
-    impl->windows = std::make_unique<BulkWindows>(*impl->engine, config.bulk_window_mib << 20, config.bulk_windows_max);
+    // Over TCP alone no client can map a window: none are made.
+    const std::size_t window_bytes = config.transport == Transport::tcp ? 0 : config.bulk_window_mib << 20;
+    impl->windows = std::make_unique<BulkWindows>(*impl->engine, window_bytes, config.bulk_windows_max);
     impl->regions = std::make_unique<RegionTable>(*impl->engine, memory == AgentConfig::RegionMemory::shared
                                                                      ? Engine::RegionMemory::shared
                                                                      : Engine::RegionMemory::private_pages,

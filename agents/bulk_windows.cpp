@@ -16,7 +16,8 @@ BulkWindows::~BulkWindows() { clear(); }
 
 Result<std::shared_ptr<BulkWindow>> BulkWindows::open(std::uint64_t conn) {
     if (auto it = by_conn_.find(conn); it != by_conn_.end()) return it->second;
-    if (window_bytes_ == 0) return fail(Errc::invalid_argument, "this agent gives no bulk windows (xagent --bulk-window-mib 0)");
+    if (window_bytes_ == 0)
+        return fail(Errc::invalid_argument, "this agent gives no bulk windows (xagent --bulk-window-mib 0, or --transport tcp)");
     sweep();
     if (by_conn_.size() + closed_.size() >= max_windows_)
         return fail(Errc::too_large, fmt::format("the agent's {} bulk windows are all in use", max_windows_));

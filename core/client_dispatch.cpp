@@ -108,15 +108,20 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
         send_run_message(p, c, {});
         return;
     }
+    // A call resent after NEED_CODE holds a window slot already: a refusal gives it back.
+    auto refuse = [&](Error e) {
+        give_back_slot(p, *c);
+        c->complete(tl::make_unexpected(std::move(e)));
+    };
     const auto& choice = choose_slice(*c, p);
     if (!choice) {
-        c->complete(tl::make_unexpected(choice.error()));
+        refuse(choice.error());
         return;
     }
     c->hash = choice->hash;
     if (c->args.size() > p.info->max_args) {
-        c->complete(fail(Errc::too_large, fmt::format("{} bytes of arguments exceed {}'s limit of {}", c->args.size(),
-                                                      agent_name(p), p.info->max_args)));
+        refuse(Error{Errc::too_large, fmt::format("{} bytes of arguments exceed {}'s limit of {}", c->args.size(),
+                                                  agent_name(p), p.info->max_args)});
         return;
     }
     // A call that may forward carries every slice: agents of other architectures on its way
@@ -128,8 +133,8 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
     auto& known_here = travels ? known_whole[{p.address, c->bundle.data()}] : *p.known;
     with_code = with_code || !known_here.contains(c->hash);
     if (with_code && code.size() + c->args.size() > p.info->max_message) {
-        c->complete(fail(Errc::too_large, fmt::format("code ({} bytes) and arguments exceed {}'s message limit of {}",
-                                                      code.size(), agent_name(p), p.info->max_message)));
+        refuse(Error{Errc::too_large, fmt::format("code ({} bytes) and arguments exceed {}'s message limit of {}",
+                                                  code.size(), agent_name(p), p.info->max_message)});
         return;
     }
     send_run_message(p, c, with_code ? code : std::span<const std::byte>{});
