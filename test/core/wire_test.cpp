@@ -31,6 +31,18 @@ wire::Encoded sample_run() {
 
 std::span<const std::byte> header_bytes(const wire::Header& h) { return std::as_bytes(std::span(&h, 1)); }
 
+/// Every cut of `e`'s payload short of its end is refused as malformed.
+void every_truncation_refused(const wire::Encoded& e) {
+    for (std::size_t n = 0; n < e.payload.size(); ++n) {
+        auto h = e.header;
+        h.payload_size = static_cast<std::uint32_t>(n);
+        std::vector<std::byte> cut(e.payload.begin(), e.payload.begin() + static_cast<std::ptrdiff_t>(n));
+        auto m = wire::decode(h, cut);
+        REQUIRE_FALSE(m);
+        CHECK(m.error().code == Errc::malformed_message);
+    }
+}
+
 } // namespace
 
 TEST_CASE("a RUN message survives encode and decode", "[unit]") {
@@ -94,15 +106,7 @@ TEST_CASE("REGION and REGION_INFO round trip", "[unit]") {
 }
 
 TEST_CASE("every truncation of a RUN payload is refused as malformed, never read past", "[unit]") {
-    auto e = sample_run();
-    for (std::size_t n = 0; n < e.payload.size(); ++n) {
-        auto h = e.header;
-        h.payload_size = static_cast<std::uint32_t>(n);
-        std::vector<std::byte> cut(e.payload.begin(), e.payload.begin() + static_cast<std::ptrdiff_t>(n));
-        auto m = wire::decode(h, cut);
-        REQUIRE_FALSE(m);
-        CHECK(m.error().code == Errc::malformed_message);
-    }
+    every_truncation_refused(sample_run());
 }
 
 TEST_CASE("trailing bytes after a message are refused", "[unit]") {
@@ -357,14 +361,6 @@ TEST_CASE("window RUNs and RESULTs that are cut short, or carry arguments twice,
     CHECK_THAT(m.error().message, Catch::Contains("window"));
 
     for (auto e : {wire::encode_run(2, [] { wire::Run x; x.entry = "echo"; x.window = wire::WindowUse{}; return x; }()),
-                   wire::encode_window_result(3, {0, 8})}) {
-        for (std::size_t n = 0; n < e.payload.size(); ++n) {
-            auto h = e.header;
-            h.payload_size = static_cast<std::uint32_t>(n);
-            std::vector<std::byte> cut(e.payload.begin(), e.payload.begin() + static_cast<std::ptrdiff_t>(n));
-            auto d = wire::decode(h, cut);
-            REQUIRE_FALSE(d);
-            CHECK(d.error().code == Errc::malformed_message);
-        }
-    }
+                   wire::encode_window_result(3, {0, 8})})
+        every_truncation_refused(e);
 }
