@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -18,6 +19,26 @@ namespace {
 // Every send lets the receiver answer on the endpoint it came in on. (UCX 1.13 has no
 // COPY_HEADER flag: the header lives in the SendRecord until the send completes.)
 constexpr std::uint32_t kSendFlags = UCP_AM_SEND_FLAG_REPLY;
+
+// Sets an environment variable for as long as it lives, unless the operator set it already.
+// UCT reads its settings from the environment when the worker opens its interfaces, and
+// ucp_config_modify does not reach them, so this is how one engine's choice gets there
+// without leaking into engines made later in the same process.
+class ScopedEnv {
+public:
+    ScopedEnv(const char* name, const char* value) : name_(name), set_(!std::getenv(name)) {
+        if (set_) setenv(name, value, 0);
+    }
+    ~ScopedEnv() {
+        if (set_) unsetenv(name_);
+    }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+private:
+    const char* name_;
+    bool set_;
+};
 
 struct ConfigDeleter {
     void operator()(ucp_config_t* c) const noexcept { ucp_config_release(c); }
@@ -131,6 +152,15 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, Eng
         if (auto s = ucp_config_modify(config.get(), "NET_DEVICES", "lo"); s != UCS_OK)
             return tl::make_unexpected(from_ucs(s, "setting UCX_NET_DEVICES"));
     }
+
+    // Over shared memory TCP carries the handshake only. Able to PUT/GET, it would become the
+    // endpoints' RMA lane (no shared-memory transport here does zero-copy RMA), and then every
+    // progress call polls its sockets: an epoll_wait per iteration on the caller's and the
+    // agent's hot path, half of both processes' time at a high call rate, and a cached ship
+    // 1.8x slower. Without it, same-host regions are read by direct load (ucp_rkey_ptr) and
+    // other RMA goes by UCX's AM-based protocol over shared memory.
+    std::optional<ScopedEnv> tcp_rma_off;
+    if (options.transport == Transport::shm) tcp_rma_off.emplace("UCX_TCP_PUT_ENABLE", "n");
 
     // 2. Context and worker.
     ucp_params_t params{};
