@@ -185,6 +185,9 @@ struct Agent::Impl {
             out.emplace_back("tier_ups", jit->tier_ups_finished());
             out.emplace_back("disk_preloads", jit->preloaded());
         }
+        // Messages that came, or went, many to one (Engine::Cork).
+        out.emplace_back("batches_received", engine->batches_received());
+        out.emplace_back("batches_sent", engine->batches_sent());
         return out;
     }
 

@@ -166,17 +166,14 @@ void Batch::add_bytes(const Kernel& kernel, const Target& target, Bytes args, co
 std::vector<Future> Batch::submit() {
     auto calls = std::move(calls_);
     calls_.clear();
-    // One hold of the progress token sends them all.
-    auto send_all = [impl = impl_, &calls] {
+    // One hold of the progress token sends them all, small ones to one agent as one message.
+    auto send_all = [impl = impl_](const std::vector<std::shared_ptr<CallState>>& calls) {
+        Engine::Cork together(*impl->engine);
         for (auto& c : calls)
             if (!c->done.load(std::memory_order_relaxed)) impl->submit(c);
     };
-    if (!impl_->engine->try_progress_once(send_all)) {
-        impl_->engine->post([impl = impl_, calls] {
-            for (auto& c : calls)
-                if (!c->done.load(std::memory_order_relaxed)) impl->submit(c);
-        });
-    }
+    if (!impl_->engine->try_progress_once([&] { send_all(calls); }))
+        impl_->engine->post([send_all, calls] { send_all(calls); });
     std::vector<Future> out;
     out.reserve(calls.size());
     for (auto& c : calls) out.push_back(Future(std::move(c)));

@@ -384,6 +384,12 @@ Result<std::uint16_t> Engine::listen(const std::string& host, std::uint16_t port
 }
 
 void Engine::send(ucp_ep_h ep, wire::Encoded&& message) {
+    if (cork_depth_ > 0 && gather(ep, message)) return;
+    if (!gathered_.empty()) send_gathered(ep); // what was gathered for `ep` goes first
+    send_now(ep, std::move(message));
+}
+
+void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
     auto* record = new SendRecord{std::move(message)};
     auto& m = record->message;
     ucp_request_param_t rp{};
@@ -403,6 +409,7 @@ void Engine::send(ucp_ep_h ep, wire::Encoded&& message) {
 
 void Engine::close(ucp_ep_h ep) {
     std::erase(endpoints_, ep);
+    drop_gathered(ep);
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
     rp.flags = UCP_EP_CLOSE_FLAG_FORCE;
@@ -447,8 +454,10 @@ bool Engine::drain() {
     if (!arrived_.empty()) {
         auto batch = std::move(arrived_);
         arrived_.clear();
-        for (auto& in : batch)
-            if (hooks_.on_message) hooks_.on_message(std::move(in));
+        for (auto& in : batch) {
+            if (in.header.type == wire::Type::batch) open_batch(std::move(in));
+            else if (hooks_.on_message) hooks_.on_message(std::move(in));
+        }
         did = true;
     }
     if (!rma_done_.empty()) {

@@ -152,6 +152,26 @@ public:
     Result<std::uint16_t> listen(const std::string& host, std::uint16_t port);
     /// Sends a message; the engine keeps it alive until UCX is done with it.
     void send(ucp_ep_h ep, wire::Encoded&& message);
+    /// While a Cork lives on the thread that made it, small messages (up to kBatchItemBytes)
+    /// to one endpoint are gathered and go as one BATCH when it ends (or when kBatchBytes are
+    /// gathered): one UCX send and one receive for many calls. Order per endpoint is kept (a
+    /// message that is not gathered sends what was gathered for its endpoint first), other
+    /// threads send as ever, and a lone gathered message goes as itself. A receiving engine
+    /// hands a BATCH's messages on one by one, under a Cork of its own, so their replies
+    /// travel together too. Whoever progresses only; corks nest.
+    class Cork {
+    public:
+        explicit Cork(Engine& engine);
+        ~Cork();
+        Cork(const Cork&) = delete;
+        Cork& operator=(const Cork&) = delete;
+
+    private:
+        Engine& engine_;
+        bool counts_; ///< false: another thread's cork is live (this thread sends as ever)
+    };
+    static constexpr std::size_t kBatchItemBytes = 1024;
+    static constexpr std::size_t kBatchBytes = 7 * 1024; ///< under UCX's eager limit, with the header
     /// Closes an endpoint without waiting (outstanding sends are cancelled).
     void close(ucp_ep_h ep);
     /// Connects to a worker by its UCX address (a reply-to); failures arrive via on_ep_error.
@@ -196,6 +216,9 @@ public:
     [[nodiscard]] const EngineOptions& options() const noexcept { return options_; }
     /// Bytes of payload handed to UCX so far (any thread).
     [[nodiscard]] std::uint64_t bytes_sent() const noexcept { return bytes_sent_.load(std::memory_order_relaxed); }
+    /// BATCH messages sent, and received and opened (any thread).
+    [[nodiscard]] std::uint64_t batches_sent() const noexcept { return batches_sent_.load(std::memory_order_relaxed); }
+    [[nodiscard]] std::uint64_t batches_received() const noexcept { return batches_received_.load(std::memory_order_relaxed); }
 
 private:
     struct ContextDeleter {
@@ -273,6 +296,24 @@ private:
     std::atomic<int> handoff_sleepers_{0};
     std::atomic<int> sleepers_{0}; ///< threads asleep on the event fd
     std::atomic<std::uint64_t> bytes_sent_{0};
+
+    // engine_batch.cpp: gathering under a Cork, and opening a BATCH that arrived.
+    struct Gathered {
+        ucp_ep_h ep;
+        std::vector<wire::Encoded> messages;
+        std::size_t bytes = 0;
+    };
+    bool gather(ucp_ep_h ep, wire::Encoded& message);
+    void send_gathered(ucp_ep_h ep);
+    void send_all_gathered();
+    void drop_gathered(ucp_ep_h ep);
+    void open_batch(Incoming&& batch);
+    void send_now(ucp_ep_h ep, wire::Encoded&& message);
+    int cork_depth_ = 0;
+    std::thread::id cork_owner_;
+    std::vector<Gathered> gathered_;
+    std::atomic<std::uint64_t> batches_sent_{0};
+    std::atomic<std::uint64_t> batches_received_{0};
 
     std::mutex posted_mutex_;
     std::vector<std::function<void()>> posted_;

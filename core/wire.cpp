@@ -124,6 +124,7 @@ std::string_view to_string(Type t) noexcept {
     case Type::drain: return "DRAIN";
     case Type::auth: return "AUTH";
     case Type::window: return "WINDOW";
+    case Type::batch: return "BATCH";
     }
     return "UNKNOWN";
 }
@@ -399,6 +400,13 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         m.body = Ack{*done == 1, *note};
         break;
     }
+    case Type::batch: {
+        // The engine opens batches; decoding one checks it holds whole messages.
+        if (auto items = split_batch(payload); !items) return tl::make_unexpected(items.error());
+        (void)in.bytes(payload.size());
+        m.body = Empty{};
+        break;
+    }
     case Type::auth: {
         Auth a;
         if (!read_array(in, a.key) || !read_array(in, a.signature)) return truncated(t, "auth");
@@ -551,6 +559,38 @@ Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::stri
 }
 
 Encoded encode_request(Type type, std::uint64_t id) { return start(type, id); }
+
+Result<std::vector<BatchItem>> split_batch(std::span<const std::byte> payload) {
+    if (payload.empty()) return fail(Errc::malformed_message, "BATCH holds no messages");
+    std::vector<BatchItem> items;
+    std::size_t at = 0;
+    while (at < payload.size()) {
+        if (items.size() == kBatchMaxItems)
+            return fail(Errc::malformed_message, fmt::format("BATCH holds more than {} messages", kBatchMaxItems));
+        const auto rest = payload.size() - at;
+        if (rest < sizeof(Header))
+            return fail(Errc::malformed_message, fmt::format("BATCH message {} is cut short in its header ({} of {} bytes)",
+                                                             items.size(), rest, sizeof(Header)));
+        std::uint32_t declared = 0;
+        std::memcpy(&declared, payload.data() + at + offsetof(Header, payload_size), sizeof declared);
+        if (declared > rest - sizeof(Header))
+            return fail(Errc::malformed_message, fmt::format("BATCH message {} declares {} payload bytes but {} follow",
+                                                             items.size(), declared, rest - sizeof(Header)));
+        auto h = decode_header(payload.subspan(at, sizeof(Header)), declared);
+        if (!h) return fail(h.error().code, fmt::format("BATCH message {}: {}", items.size(), h.error().message));
+        if (h->type == Type::batch) return fail(Errc::malformed_message, "a BATCH inside a BATCH");
+        items.push_back({*h, payload.subspan(at + sizeof(Header), declared)});
+        at += sizeof(Header) + declared;
+    }
+    return items;
+}
+
+void append_to_batch(Encoded& batch, const Encoded& item) {
+    const auto* h = reinterpret_cast<const std::byte*>(&item.header);
+    batch.payload.insert(batch.payload.end(), h, h + sizeof(Header));
+    batch.payload.insert(batch.payload.end(), item.payload.begin(), item.payload.end());
+    batch.header.payload_size = static_cast<std::uint32_t>(batch.payload.size());
+}
 
 Encoded encode_info_reply(std::uint64_t id, const Fields& f) {
     ByteWriter w;

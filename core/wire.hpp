@@ -50,10 +50,11 @@ enum class Type : std::uint8_t {
     drain = 21,              ///< stop accepting RUNs, finish those in flight, exit: answered by ACK at once
     auth = 22,               ///< client → agent: its key and signature over WELCOME's challenge; ACK or ERROR
     window = 23,             ///< client → agent: this session's bulk window (REGION_INFO, or ERROR)
+    batch = 24,              ///< either way: several whole messages in one (split_batch)
 };
 
 /// The highest message type this build knows.
-inline constexpr Type kLastType = Type::window;
+inline constexpr Type kLastType = Type::batch;
 
 /// Header::flags of a RUN whose payload starts with a WindowUse, and of a RESULT whose payload
 /// is a WindowSpan (the bytes are in the session's bulk window, agents/bulk_windows.hpp).
@@ -302,7 +303,21 @@ Encoded encode_stats(std::uint64_t id);
 Encoded encode_region(std::uint64_t id, std::string_view name);
 Encoded encode_region_info(std::uint64_t id, const RegionInfo& info);
 Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters);
-/// A request with no body: info, kernel_stats, cache_list, drain, window.
+/// A BATCH carries whole messages (a Header, then its payload) back to back. The sending
+/// engine makes one when many small messages go to one peer at once (Engine::Cork); the
+/// receiving engine opens it and hands each message on as if it had come alone.
+inline constexpr std::size_t kBatchMaxItems = 512;
+struct BatchItem {
+    Header header;
+    std::span<const std::byte> payload; ///< a view into the BATCH's payload
+};
+/// The messages in a BATCH payload, each header checked as decode_header checks one. Refuses
+/// an empty batch, a message cut short, a BATCH inside a BATCH and more than kBatchMaxItems.
+Result<std::vector<BatchItem>> split_batch(std::span<const std::byte> payload);
+/// Adds `item` (header and payload) to the end of `batch`, a BATCH being built.
+void append_to_batch(Encoded& batch, const Encoded& item);
+
+/// A request with no body: info, kernel_stats, cache_list, drain, window; and an empty BATCH.
 Encoded encode_request(Type type, std::uint64_t id);
 Encoded encode_info_reply(std::uint64_t id, const Fields& f);
 Encoded encode_kernel_stats_reply(std::uint64_t id, const KernelStatsReply& s);

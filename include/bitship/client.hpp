@@ -360,6 +360,9 @@ private:
 
 /// Many calls in flight at once. add() prepares calls without sending anything; submit()
 /// sends them all while holding the progress token once, and returns their futures in order.
+/// Small calls to one agent go as one message (up to about 7 KiB of them each) and the agent
+/// answers those it runs at once with one message too: a call then costs far less than one
+/// ship() each, and a batch's answers arrive together.
 /// Waiting on the first future leads progress, which completes the others as their results
 /// arrive. Not thread-safe itself (one Batch per thread); valid while its Client lives.
 ///

@@ -364,3 +364,76 @@ TEST_CASE("window RUNs and RESULTs that are cut short, or carry arguments twice,
                    wire::encode_window_result(3, {0, 8})})
         every_truncation_refused(e);
 }
+
+TEST_CASE("a BATCH holds whole messages: they split back out as they went in", "[unit]") {
+    auto batch = wire::encode_request(wire::Type::batch, 0);
+    auto run = sample_run();
+    auto result = wire::encode_result(9, std::vector<std::byte>(8, std::byte{3}));
+    auto ping = wire::encode_ping(wire::Type::ping, 10, {});
+    for (const auto* m : {&run, &result, &ping}) wire::append_to_batch(batch, *m);
+    REQUIRE(batch.header.payload_size == batch.payload.size());
+    REQUIRE(wire::decode(batch.header, batch.payload));
+    auto items = wire::split_batch(batch.payload);
+    REQUIRE(items);
+    REQUIRE(items->size() == 3);
+    std::size_t i = 0;
+    for (const auto* m : {&run, &result, &ping}) {
+        const auto& item = (*items)[i++];
+        CHECK(item.header.type == m->header.type);
+        CHECK(item.header.request_id == m->header.request_id);
+        CHECK(std::equal(item.payload.begin(), item.payload.end(), m->payload.begin(), m->payload.end()));
+        CHECK(wire::decode(item.header, item.payload));
+    }
+    // Cut anywhere but between two messages, it is refused; cut between, it holds fewer.
+    std::size_t boundaries = 0;
+    for (std::size_t n = 0; n < batch.payload.size(); ++n) {
+        auto cut = std::span<const std::byte>(batch.payload).first(n);
+        auto split = wire::split_batch(cut);
+        if (split) {
+            ++boundaries;
+            CHECK(split->size() < 3);
+        } else {
+            CHECK(split.error().code == Errc::malformed_message);
+        }
+    }
+    CHECK(boundaries == 2);
+}
+
+TEST_CASE("BATCHes that are empty, nested, too long or carry a bad header are refused by name", "[unit]") {
+    auto empty = wire::split_batch({});
+    REQUIRE_FALSE(empty);
+    CHECK_THAT(empty.error().message, Catch::Contains("no messages"));
+
+    auto inner = wire::encode_request(wire::Type::batch, 0);
+    wire::append_to_batch(inner, sample_run());
+    auto outer = wire::encode_request(wire::Type::batch, 0);
+    wire::append_to_batch(outer, inner);
+    auto nested = wire::split_batch(outer.payload);
+    REQUIRE_FALSE(nested);
+    CHECK_THAT(nested.error().message, Catch::Contains("inside a BATCH"));
+
+    auto many = wire::encode_request(wire::Type::batch, 0);
+    for (std::size_t i = 0; i <= wire::kBatchMaxItems; ++i) wire::append_to_batch(many, wire::encode_request(wire::Type::stats, i));
+    auto too_many = wire::split_batch(many.payload);
+    REQUIRE_FALSE(too_many);
+    CHECK_THAT(too_many.error().message, Catch::Contains("more than"));
+
+    auto bad = sample_run();
+    bad.header.version = 99;
+    auto with_bad = wire::encode_request(wire::Type::batch, 0);
+    wire::append_to_batch(with_bad, wire::encode_request(wire::Type::stats, 1));
+    wire::append_to_batch(with_bad, bad);
+    auto refused = wire::split_batch(with_bad.payload);
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code == Errc::unsupported_version);
+    CHECK_THAT(refused.error().message, Catch::Contains("BATCH message 1"));
+
+    // A message whose header claims more bytes than follow.
+    auto overlong = wire::encode_request(wire::Type::batch, 0);
+    auto run = sample_run();
+    run.header.payload_size += 1;
+    wire::append_to_batch(overlong, run);
+    auto short_read = wire::split_batch(overlong.payload);
+    REQUIRE_FALSE(short_read);
+    CHECK_THAT(short_read.error().message, Catch::Contains("follow"));
+}

@@ -1,0 +1,83 @@
+// Many small messages to one peer as one: gathering them under a Cork, and opening a BATCH
+// that arrived (wire::split_batch). Over shared memory a call's cost is mostly the per-message
+// work of UCX on both sides, so a Batch of calls sent as one message, answered as one, costs
+// a fraction of as many single sends.
+#include "engine.hpp"
+
+#include <algorithm>
+
+#include <spdlog/spdlog.h>
+
+namespace bitship {
+
+// Only the thread whose cork is outermost gathers. Another thread can hold the token while
+// it is out (a kernel runs with the token released); a cork it makes then changes nothing.
+Engine::Cork::Cork(Engine& engine)
+    : engine_(engine), counts_(engine.cork_depth_ == 0 || engine.cork_owner_ == std::this_thread::get_id()) {
+    if (!counts_) return;
+    if (engine_.cork_depth_++ == 0) engine_.cork_owner_ = std::this_thread::get_id();
+}
+
+Engine::Cork::~Cork() {
+    if (counts_ && --engine_.cork_depth_ == 0) engine_.send_all_gathered();
+}
+
+bool Engine::gather(ucp_ep_h ep, wire::Encoded& message) {
+    // A guest's kernel runs with the token released; whoever progresses meanwhile sends as
+    // ever, so replies to others never wait for the corked thread.
+    if (cork_owner_ != std::this_thread::get_id()) return false;
+    const std::size_t bytes = sizeof(wire::Header) + message.payload.size();
+    if (bytes > kBatchItemBytes || message.header.type == wire::Type::batch) return false;
+    auto it = std::find_if(gathered_.begin(), gathered_.end(), [ep](const Gathered& g) { return g.ep == ep; });
+    if (it == gathered_.end()) {
+        gathered_.push_back({ep, {}, 0});
+        it = std::prev(gathered_.end());
+    } else if (it->bytes + bytes > kBatchBytes || it->messages.size() == wire::kBatchMaxItems) {
+        send_gathered(ep);
+        gathered_.push_back({ep, {}, 0});
+        it = std::prev(gathered_.end());
+    }
+    it->messages.push_back(std::move(message));
+    it->bytes += bytes;
+    return true;
+}
+
+void Engine::send_gathered(ucp_ep_h ep) {
+    auto it = std::find_if(gathered_.begin(), gathered_.end(), [ep](const Gathered& g) { return g.ep == ep; });
+    if (it == gathered_.end()) return;
+    auto g = std::move(*it);
+    gathered_.erase(it);
+    if (g.messages.size() == 1) {
+        send_now(ep, std::move(g.messages.front()));
+        return;
+    }
+    wire::Encoded batch = wire::encode_request(wire::Type::batch, 0);
+    batch.payload.reserve(g.bytes);
+    for (const auto& m : g.messages) wire::append_to_batch(batch, m);
+    batches_sent_.fetch_add(1, std::memory_order_relaxed);
+    send_now(ep, std::move(batch));
+}
+
+void Engine::send_all_gathered() {
+    while (!gathered_.empty()) send_gathered(gathered_.front().ep);
+}
+
+void Engine::drop_gathered(ucp_ep_h ep) {
+    std::erase_if(gathered_, [ep](const Gathered& g) { return g.ep == ep; });
+}
+
+void Engine::open_batch(Incoming&& batch) {
+    auto items = wire::split_batch(batch.payload);
+    if (!items) {
+        // Nothing in a malformed batch is handed on: the sender hears why, once.
+        if (hooks_.on_bad_message) hooks_.on_bad_message(batch.ep, batch.header.request_id, items.error());
+        return;
+    }
+    batches_received_.fetch_add(1, std::memory_order_relaxed);
+    if (!hooks_.on_message) return;
+    Cork replies_together(*this);
+    for (const auto& item : *items)
+        hooks_.on_message(Incoming{batch.ep, item.header, std::vector<std::byte>(item.payload.begin(), item.payload.end())});
+}
+
+} // namespace bitship
