@@ -88,16 +88,19 @@ TEST_CASE("a malformed BATCH is refused as a whole, naming why, and the agent se
         r.entry = "echo";
         return wire::encode_run(id, r);
     };
+    auto refused = [&raw](const wire::Encoded& b, const char* why) {
+        raw.send(b);
+        auto [code, message] = raw.error_for(b.header.request_id);
+        CHECK(code == Errc::malformed_message);
+        CHECK_THAT(message, Catch::Contains(why));
+    };
     SECTION("a message cut short inside it") {
         auto b = wire::encode_request(wire::Type::batch, 77);
         wire::append_to_batch(b, run(51));
         wire::append_to_batch(b, run(52));
         b.payload.resize(b.payload.size() - 3);
         b.header.payload_size = static_cast<std::uint32_t>(b.payload.size());
-        raw.send(b);
-        auto [code, message] = raw.error_for(77);
-        CHECK(code == Errc::malformed_message);
-        CHECK_THAT(message, Catch::Contains("BATCH message 1"));
+        refused(b, "BATCH message 1");
     }
     SECTION("a BATCH inside a BATCH") {
         auto inner = wire::encode_request(wire::Type::batch, 0);
@@ -105,20 +108,14 @@ TEST_CASE("a malformed BATCH is refused as a whole, naming why, and the agent se
         auto b = wire::encode_request(wire::Type::batch, 78);
         wire::append_to_batch(b, run(54));
         wire::append_to_batch(b, inner);
-        raw.send(b);
-        auto [code, message] = raw.error_for(78);
-        CHECK(code == Errc::malformed_message);
-        CHECK_THAT(message, Catch::Contains("inside a BATCH"));
+        refused(b, "inside a BATCH");
     }
     SECTION("a message with a bad header inside it") {
         auto bad = run(55);
         bad.header.magic = 0x12345678;
         auto b = wire::encode_request(wire::Type::batch, 79);
         wire::append_to_batch(b, bad);
-        raw.send(b);
-        auto [code, message] = raw.error_for(79);
-        CHECK(code == Errc::malformed_message);
-        CHECK_THAT(message, Catch::Contains("magic"));
+        refused(b, "magic");
     }
     // Nothing of a refused batch ran; a good one is answered message by message.
     auto good = wire::encode_request(wire::Type::batch, 80);
