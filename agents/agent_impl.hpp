@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "core/bulk_window.hpp"
 #include "core/engine.hpp"
 #include "bulk_windows.hpp"
 #include "control.hpp"
@@ -48,9 +49,6 @@ using Clock = std::chrono::steady_clock;
 
 /// How long a forwarded RUN is remembered, so the next agent can ask for its code.
 constexpr auto kForwardMemory = std::chrono::seconds(30);
-/// Results this large or more go through the call's bulk-window slot when it offered one;
-/// smaller ones cost less in the message (one eager send).
-constexpr std::size_t kWindowResultMin = 16 << 10;
 /// Messages queued for a peer agent while its connection is being made.
 constexpr std::size_t kMaxQueuedPerLink = 1 << 16;
 

@@ -16,6 +16,9 @@ namespace bitship {
 /// Arguments this large or more go through a window slot: smaller ones travel eagerly in the
 /// RUN itself, which costs less than the copy into the slot.
 inline constexpr std::size_t kWindowArgsMin = 32 << 10;
+/// Results this large or more go through the call's slot when it offered one; smaller ones
+/// cost less in the message (one eager send).
+inline constexpr std::size_t kWindowResultMin = 16 << 10;
 /// Slots per window (at most 64: one bit each).
 inline constexpr unsigned kWindowSlots = 8;
 

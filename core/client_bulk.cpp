@@ -42,6 +42,9 @@ bool is_this_host(const std::string& host) {
 
 } // namespace
 
+// Asked for with the session's first bulk call or result, not at connect: making and mapping
+// 16 MiB of shared memory took about a millisecond on both sides, which a first small call
+// would wait behind, and a session that moves no bulk data needs no window.
 void Client::Impl::ask_window(Peer& p) {
     if (!options.bulk_window || options.transport == Transport::tcp || p.window.state != PeerWindow::State::none) return;
     if (!is_this_host(p.host)) {

@@ -159,6 +159,7 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
         run.self_index = c->self_index;
         run.hop_budget = c->hop_budget;
     }
+    if (c->args.size() >= kWindowArgsMin) ask_window(p);
     offer_window(p, *c, run);
     engine->send(p.ep, wire::encode_run(c->id, run));
     runs_sent.fetch_add(1, std::memory_order_relaxed);

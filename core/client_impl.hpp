@@ -220,7 +220,8 @@ struct Client::Impl {
     std::vector<wire::CodeSignature> sign_code(std::span<const std::byte> code, const CodeHash& hash, bool whole_bundle);
 
     // client_bulk.cpp
-    // After the session is up: asks a same-host agent for this session's bulk window.
+    // With the session's first bulk call or result: asks a same-host agent for the session's
+    // bulk window (once; later calls use it when it is mapped).
     void ask_window(Peer& p);
     void on_window_reply(Peer& p, const wire::Message& reply);
     // The session is over: the window with it (calls holding slots are failed by then).

@@ -194,7 +194,11 @@ public:
     enum class RegionMemory { private_pages, shared };
     /// `at`: where to place it (2 MiB aligned, in a range the caller reserved, e.g. the sandbox
     /// arena); nullptr: anywhere.
-    Result<Mapped> map_memory(std::size_t size, RegionMemory memory = RegionMemory::private_pages, void* at = nullptr);
+    /// `touch`: now (every page faulted in before this returns, so no timed walk pays for it)
+    /// or on_use (pages come as they are first written; shared memory only, which is zero).
+    enum class Touch { now, on_use };
+    Result<Mapped> map_memory(std::size_t size, RegionMemory memory = RegionMemory::private_pages, void* at = nullptr,
+                              Touch touch = Touch::now);
     /// Deregisters and frees. Memory placed with `at` is left mapped when it is our own
     /// (the caller replaces it with its reservation, so the range never comes free); UCX's
     /// shared memory is unmapped by UCX.

@@ -77,7 +77,7 @@ bool shared_huge_pages_off() {
     return thp != "advise" && thp != "always" && thp != "within_size" && thp != "force" && hugetlb_pages_free() == 0;
 }
 
-Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory, void* at) {
+Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory, void* at, Touch touch) {
     constexpr std::size_t kHuge = 2u << 20;
     std::size_t length = (size + kHuge - 1) / kHuge * kHuge;
     Mapped m;
@@ -107,7 +107,9 @@ Result<Engine::Mapped> Engine::map_memory(std::size_t size, RegionMemory memory,
             return fail(Errc::internal, fmt::format("UCX placed shared memory at {}, not at {} as asked", attr.address, at));
         }
         madvise(m.base, m.mapped_length, MADV_HUGEPAGE); // a hint
-        std::memset(m.base, 0, m.mapped_length);           // touched now, not during the first timed walk
+        // Touched now, not during the first timed walk. (A new shared-memory segment is zero
+        // already: skipping this only moves the page faults to first use.)
+        if (touch == Touch::now) std::memset(m.base, 0, m.mapped_length);
     } else {
         // Our own anonymous mapping, 2 MiB aligned and marked for transparent huge pages:
         // kernels walk regions at random, and with 4 KiB pages every hop of a chase is a TLB
