@@ -49,7 +49,8 @@ inline thread_local bool t_waiter_leads = false;
 struct CallState {
     std::atomic<bool> done{false};
     mutable std::mutex mutex; ///< guards result
-    Result<Bytes> result = fail(Errc::internal, "call never completed");
+    // Read only once `done`; its message is left empty so that making a call allocates nothing here.
+    Result<Bytes> result = tl::make_unexpected(Error{Errc::internal, {}});
     Clock::time_point deadline;
     std::shared_ptr<ProgressHandle> progress;
     Engine* engine = nullptr; ///< to wake waiters; valid while anyone can complete the call

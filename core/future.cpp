@@ -4,7 +4,10 @@
 // sleeps until that leader completes its call or leaves, and then leads in turn.
 #include "client_impl.hpp"
 
+#include <cstring>
 #include <thread>
+
+#include <fmt/format.h>
 
 namespace bitship {
 namespace {
@@ -40,16 +43,35 @@ bool Future::wait_for(std::chrono::nanoseconds timeout) const {
     }
 }
 
-Result<Bytes> Future::get() const {
-    if (!state_) return fail(Errc::invalid_argument, "empty future");
-    // The client fails every call at its deadline; the extra time only covers a client that
-    // was destroyed while we waited.
-    while (!wait_for(std::chrono::seconds(1))) {
-        if (Clock::now() > state_->deadline + std::chrono::seconds(5))
+namespace {
+// The client fails every call at its deadline; the extra time only covers a client that was
+// destroyed while we waited.
+Result<void> wait_done(const Future& f, const detail::CallState& s) {
+    while (!f.wait_for(std::chrono::seconds(1))) {
+        if (Clock::now() > s.deadline + std::chrono::seconds(5))
             return fail(Errc::timeout, "call outlived its deadline (client gone?)");
     }
+    return {};
+}
+} // namespace
+
+Result<Bytes> Future::get() const {
+    if (!state_) return fail(Errc::invalid_argument, "empty future");
+    if (auto done = wait_done(*this, *state_); !done) return tl::make_unexpected(done.error());
     std::lock_guard lock(state_->mutex);
     return state_->result;
+}
+
+Result<void> Future::get_into(void* out, std::size_t size) const {
+    if (!state_) return fail(Errc::invalid_argument, "empty future");
+    if (auto done = wait_done(*this, *state_); !done) return done;
+    std::lock_guard lock(state_->mutex);
+    const auto& r = state_->result;
+    if (!r) return tl::make_unexpected(r.error());
+    if (r->size() != size)
+        return fail(Errc::invalid_argument, fmt::format("reply has {} bytes, expected {}", r->size(), size));
+    std::memcpy(out, r->data(), size);
+    return {};
 }
 
 } // namespace bitship

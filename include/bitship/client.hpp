@@ -154,7 +154,6 @@ public:
     bool wait_for(std::chrono::nanoseconds timeout) const;
     /// Waits for the result (bounded by the call's deadline) and returns it.
     [[nodiscard]] Result<Bytes> get() const;
-    /// get(), then checks the reply is exactly sizeof(T) bytes and copies it into a T.
     /// What Future::join makes of its parts' results (moved out of them, in order).
     using Join = std::function<Result<Bytes>(std::vector<Bytes>& parts)>;
     /// One future for several calls (a fan-out): completes with `join` of their results once
@@ -163,19 +162,17 @@ public:
     /// keep it short, never block. No parts: completes at once with join of none.
     static Future join(std::vector<Future> parts, Join join);
 
+    /// Waits as get() does, then checks the reply is exactly sizeof(T) bytes and copies it into
+    /// a T (straight from the call's result: no copy of the bytes on the way).
     template <class T> [[nodiscard]] Result<T> get_as() const {
         static_assert(std::is_trivially_copyable_v<T>);
-        auto bytes = get();
-        if (!bytes) return tl::make_unexpected(bytes.error());
-        if (bytes->size() != sizeof(T))
-            return fail(Errc::invalid_argument, "reply has " + std::to_string(bytes->size()) + " bytes, expected " +
-                                                    std::to_string(sizeof(T)));
         T out;
-        std::memcpy(&out, bytes->data(), sizeof(T));
+        if (auto copied = get_into(&out, sizeof(T)); !copied) return tl::make_unexpected(copied.error());
         return out;
     }
 
 private:
+    Result<void> get_into(void* out, std::size_t size) const;
     friend class Client;
     explicit Future(std::shared_ptr<detail::CallState> state) : state_(std::move(state)) {}
     std::shared_ptr<detail::CallState> state_; // shared with the client until it completes

@@ -17,6 +17,7 @@
 #include <behaviour_kernels.hpp>
 #include <escape_kernels.hpp>
 
+#include "core/memory_reuse.hpp"
 #include "launcher.hpp"
 #include "test_support.hpp"
 
@@ -224,7 +225,10 @@ TEST_CASE("what calls leak is reclaimed: a thousand 1 MiB leaks leave resident m
     }
     const auto after = resident_bytes(box.agent.pid());
     INFO("resident before " << before / 1024 << " KiB, after " << after / 1024 << " KiB");
-    // A thousand MiB leaked without reclaiming; the quota (64 MiB) bounds it with.
-    CHECK(after <= before + (8u << 20));
+    // A thousand MiB leaked without reclaiming; the quota (64 MiB) bounds it with. Under a
+    // sanitizer the allocator is ASan's, which holds freed blocks in quarantine: a thousand
+    // calls' own small allocations then read as resident (12 MiB in one CI run).
+    const std::size_t slack = malloc_is_tunable() ? (8u << 20) : (32u << 20);
+    CHECK(after <= before + slack);
     box.still_serves_and_intact();
 }
