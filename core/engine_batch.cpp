@@ -6,7 +6,6 @@
 
 #include <algorithm>
 
-#include <spdlog/spdlog.h>
 
 namespace bitship {
 
