@@ -6,7 +6,6 @@
 
 #include <algorithm>
 
-
 namespace bitship {
 
 // Only the thread whose cork is outermost gathers. Another thread can hold the token while
