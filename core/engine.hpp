@@ -307,6 +307,7 @@ private:
         std::vector<wire::Encoded> messages;
         std::size_t bytes = 0;
     };
+    std::vector<Gathered>::iterator find_gathered(ucp_ep_h ep);
     bool gather(ucp_ep_h ep, wire::Encoded& message);
     void send_gathered(ucp_ep_h ep);
     void send_all_gathered();

@@ -20,28 +20,29 @@ Engine::Cork::~Cork() {
     if (counts_ && --engine_.cork_depth_ == 0) engine_.send_all_gathered();
 }
 
+std::vector<Engine::Gathered>::iterator Engine::find_gathered(ucp_ep_h ep) {
+    return std::find_if(gathered_.begin(), gathered_.end(), [ep](const Gathered& g) { return g.ep == ep; });
+}
+
 bool Engine::gather(ucp_ep_h ep, wire::Encoded& message) {
     // A guest's kernel runs with the token released; whoever progresses meanwhile sends as
     // ever, so replies to others never wait for the corked thread.
     if (cork_owner_ != std::this_thread::get_id()) return false;
     const std::size_t bytes = sizeof(wire::Header) + message.payload.size();
     if (bytes > kBatchItemBytes || message.header.type == wire::Type::batch) return false;
-    auto it = std::find_if(gathered_.begin(), gathered_.end(), [ep](const Gathered& g) { return g.ep == ep; });
-    if (it == gathered_.end()) {
-        gathered_.push_back({ep, {}, 0});
-        it = std::prev(gathered_.end());
-    } else if (it->bytes + bytes > kBatchBytes || it->messages.size() == wire::kBatchMaxItems) {
-        send_gathered(ep);
-        gathered_.push_back({ep, {}, 0});
-        it = std::prev(gathered_.end());
+    auto it = find_gathered(ep);
+    if (it != gathered_.end() && (it->bytes + bytes > kBatchBytes || it->messages.size() == wire::kBatchMaxItems)) {
+        send_gathered(ep); // full: it goes, and a new batch starts
+        it = gathered_.end();
     }
+    if (it == gathered_.end()) it = gathered_.insert(gathered_.end(), Gathered{ep, {}, 0});
     it->messages.push_back(std::move(message));
     it->bytes += bytes;
     return true;
 }
 
 void Engine::send_gathered(ucp_ep_h ep) {
-    auto it = std::find_if(gathered_.begin(), gathered_.end(), [ep](const Gathered& g) { return g.ep == ep; });
+    auto it = find_gathered(ep);
     if (it == gathered_.end()) return;
     auto g = std::move(*it);
     gathered_.erase(it);
