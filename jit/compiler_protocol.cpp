@@ -4,6 +4,7 @@
 
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -221,13 +222,30 @@ Result<void> write_frame(int fd, std::span<const std::byte> payload) {
     std::uint32_t n = static_cast<std::uint32_t>(payload.size());
     std::byte header[kHeaderBytes];
     std::memcpy(header, &n, sizeof n);
-    for (auto part : {std::span<const std::byte>(header), payload}) {
-        while (!part.empty()) {
-            // send, not write: a compiler that is gone is EPIPE here, never a SIGPIPE.
-            ssize_t w = ::send(fd, part.data(), part.size(), MSG_NOSIGNAL);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) return fail(Errc::io_error, fmt::format("writing to the compiler socket: {}", std::strerror(errno)));
-            part = part.subspan(static_cast<std::size_t>(w));
+    // Header and payload in one sendmsg: the reader wakes once for the frame, not once for its
+    // header and again for the rest (a wake-up costs 50-250 us on a small VM).
+    iovec parts[2] = {{header, sizeof header}, {const_cast<std::byte*>(payload.data()), payload.size()}};
+    msghdr msg{};
+    msg.msg_iov = parts;
+    msg.msg_iovlen = 2;
+    std::size_t left = sizeof header + payload.size();
+    while (left > 0) {
+        // sendmsg, not write: a compiler that is gone is EPIPE here, never a SIGPIPE.
+        ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return fail(Errc::io_error, fmt::format("writing to the compiler socket: {}", std::strerror(errno)));
+        left -= static_cast<std::size_t>(w);
+        // A partial send: skip what went.
+        for (auto done = static_cast<std::size_t>(w); done > 0 && msg.msg_iovlen > 0;) {
+            auto& first = msg.msg_iov[0];
+            const std::size_t step = std::min(done, first.iov_len);
+            first.iov_base = static_cast<char*>(first.iov_base) + step;
+            first.iov_len -= step;
+            done -= step;
+            if (first.iov_len == 0) {
+                ++msg.msg_iov;
+                --msg.msg_iovlen;
+            }
         }
     }
     return {};

@@ -35,7 +35,8 @@ Result<void> confine_compiler(int fd) {
     allow(SCMP_SYS(read), SCMP_A0(SCMP_CMP_EQ, socket_fd));
     allow(SCMP_SYS(write), SCMP_A0(SCMP_CMP_EQ, socket_fd));
     allow(SCMP_SYS(write), SCMP_A0(SCMP_CMP_EQ, STDERR_FILENO));
-    // libstdc++'s send path for sockets (write_frame uses send with MSG_NOSIGNAL).
+    // write_frame's sendmsg (header and payload at once, MSG_NOSIGNAL); send is sendto.
+    allow(SCMP_SYS(sendmsg), SCMP_A0(SCMP_CMP_EQ, socket_fd));
     allow(SCMP_SYS(sendto), SCMP_A0(SCMP_CMP_EQ, socket_fd));
     allow(SCMP_SYS(recvfrom), SCMP_A0(SCMP_CMP_EQ, socket_fd));
     allow(SCMP_SYS(mmap), SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, 0));
