@@ -56,17 +56,16 @@ const Result<SliceChoice>& Client::Impl::choose_slice(const CallState& c, Peer& 
     // A kernel handle's bundle is embedded, immutable storage: its address names it, and
     // the peer's triple picks the slice, once. An explicit slice (ship_slice, tools) may come
     // from a reused buffer, so it is named by its content.
+    // Looked up before anything is made: a call after the first allocates nothing here.
     Result<SliceChoice>* cached = nullptr;
     if (c.forced_slice) {
         auto key = std::pair{hash_code(c.bundle), *c.forced_slice};
-        auto [it, fresh] = forced_slices.try_emplace(key, fail(Errc::internal, "slice not chosen"));
-        if (!fresh) return it->second;
-        cached = &it->second;
+        if (auto it = forced_slices.find(key); it != forced_slices.end()) return it->second;
+        cached = &forced_slices.try_emplace(key, fail(Errc::internal, "slice not chosen")).first->second;
     } else {
-        auto [it, fresh] =
-            p.slice_by_bundle.try_emplace(std::pair{static_cast<const void*>(c.bundle.data()), c.device}, fail(Errc::internal, "slice not chosen"));
-        if (!fresh) return it->second;
-        cached = &it->second;
+        auto key = std::pair{static_cast<const void*>(c.bundle.data()), c.device};
+        if (auto it = p.slice_by_bundle.find(key); it != p.slice_by_bundle.end()) return it->second;
+        cached = &p.slice_by_bundle.try_emplace(key, fail(Errc::internal, "slice not chosen")).first->second;
     }
     auto compute = [&]() -> Result<SliceChoice> {
         auto view = BundleView::parse(c.bundle);

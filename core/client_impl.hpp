@@ -24,6 +24,7 @@
 #include "agent_load.hpp"
 #include "bulk_window.hpp"
 #include "engine.hpp"
+#include "recycling_map.hpp"
 #include "wire.hpp"
 
 namespace bitship {
@@ -166,7 +167,7 @@ struct Client::Impl {
     // --- progress token -------------------------------------------------------------------
     std::unordered_map<std::uint64_t, Peer> peers;
     std::unordered_map<ucp_ep_h, std::uint64_t> peer_by_ep;
-    std::unordered_map<std::uint64_t, std::shared_ptr<CallState>> pending;
+    RecyclingMap<std::uint64_t, std::shared_ptr<CallState>> pending; // calls in flight, by id
     // Hashes each agent address holds, kept across reconnects: a restarted agent that lost
     // them answers NEED_CODE and gets the code once.
     std::map<std::string, std::set<CodeHash>> known;

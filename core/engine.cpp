@@ -390,7 +390,11 @@ void Engine::send(ucp_ep_h ep, wire::Encoded&& message) {
 }
 
 void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
-    auto* record = new SendRecord{std::move(message)};
+    // Most sends complete at once (eager, short): their record is kept for the thread's next
+    // send rather than freed, so a call's messages allocate no record each.
+    thread_local std::unique_ptr<SendRecord> spare;
+    SendRecord* record = spare ? spare.release() : new SendRecord;
+    record->message = std::move(message);
     auto& m = record->message;
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -400,7 +404,8 @@ void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
     bytes_sent_.fetch_add(m.payload.size(), std::memory_order_relaxed);
     auto* req = ucp_am_send_nbx(ep, wire::kAmId, &m.header, sizeof m.header, m.payload.data(), m.payload.size(), &rp);
     if (req == nullptr) {
-        delete record;
+        m.payload = {};
+        spare.reset(record);
     } else if (UCS_PTR_IS_ERR(req)) {
         spdlog::debug("{} send failed: {}", wire::to_string(m.header.type), ucs_status_string(UCS_PTR_STATUS(req)));
         delete record;
@@ -452,12 +457,17 @@ bool Engine::drain() {
         did = true;
     }
     if (!arrived_.empty()) {
+        // The queue takes the spare's storage, so a steady stream of messages allocates none
+        // (a hook that drains again meanwhile finds the spare empty: it allocates, and is right).
         auto batch = std::move(arrived_);
+        arrived_ = std::move(arrived_spare_);
         arrived_.clear();
         for (auto& in : batch) {
             if (in.header.type == wire::Type::batch) open_batch(std::move(in));
             else if (hooks_.on_message) hooks_.on_message(std::move(in));
         }
+        batch.clear();
+        if (batch.capacity() > arrived_spare_.capacity()) arrived_spare_ = std::move(batch);
         did = true;
     }
     if (!rma_done_.empty()) {

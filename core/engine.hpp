@@ -26,6 +26,7 @@
 #include <bitship/errc.hpp>
 #include <bitship/transport.hpp>
 
+#include "function_ref.hpp"
 #include "wire.hpp"
 
 namespace bitship {
@@ -114,26 +115,26 @@ public:
     /// time; the engine's thread waits meanwhile. An agent's idle worker does this, so a RUN
     /// arriving while it leads runs on it without a thread hand-off. `done` must be cheap;
     /// wake() makes a sleeping leader check it.
-    void lead_until(const std::function<bool()>& done);
+    void lead_until(FunctionRef<bool()> done);
 
     using Clock = std::chrono::steady_clock;
     enum class Lead { led, other_leader };
     /// A caller waiting for its own result: leads progress until `done()` or `until`, unless
     /// another guest already leads (then returns other_leader at once and the caller should
     /// wait_for_handoff()). The engine's own thread hands over within one pass.
-    Lead try_lead_until(const std::function<bool()>& done, Clock::time_point until);
+    Lead try_lead_until(FunctionRef<bool()> done, Clock::time_point until);
     /// Runs `fn` holding the progress token (as a guest), unless another guest leads: then
     /// returns false and the caller post()s instead. For a caller's own submit.
-    bool try_progress_once(const std::function<void()>& fn);
+    bool try_progress_once(FunctionRef<void()> fn);
     /// Sleeps until a leader completes something, leaves, or a short bound passes.
-    void wait_for_handoff(const std::function<bool()>& done, Clock::time_point until);
+    void wait_for_handoff(FunctionRef<bool()> done, Clock::time_point until);
     /// Wakes callers in wait_for_handoff (a completion they may be waiting for); costs one
     /// atomic load when none sleeps. Any thread.
     void notify_waiters();
     /// Called by a leading guest from inside a hook: runs `fn` (a kernel) with the token
     /// released; if it runs long, the engine's thread progresses meanwhile (within kTakeover, or
     /// kDeepWait when it was waiting deeply).
-    void run_released(const std::function<void()>& fn);
+    void run_released(FunctionRef<void()> fn);
     /// Something to watch began (a kernel started): the engine's thread, if in a deep sleep,
     /// resumes its kTakeover watch. One atomic load when it is not asleep. Any thread.
     void wake_watch() noexcept;
@@ -246,7 +247,7 @@ private:
     /// go while asleep; returns whether it was taken back.
     bool sleep_until_event(std::unique_lock<std::mutex>& token, bool release_token, int timeout_ms);
     [[nodiscard]] int sleep_timeout_ms(bool engine_thread) const;
-    void lead_locked(std::unique_lock<std::mutex>& token, const std::function<bool()>& done, Clock::time_point until);
+    void lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done, Clock::time_point until);
     bool acquire_as_guest(std::unique_lock<std::mutex>& token);
     void leader_left();
     void watch(Clock::time_point now);
@@ -335,6 +336,7 @@ private:
         ucs_status_t status;
     };
     std::vector<Incoming> arrived_;
+    std::vector<Incoming> arrived_spare_; // drain()'s last batch, emptied: its storage is reused
     std::vector<BadMessage> bad_;
     std::vector<EpFailure> failed_;
     std::vector<ucp_conn_request_h> conn_requests_;

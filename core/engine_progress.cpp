@@ -85,7 +85,7 @@ bool Engine::iterate() {
     return did;
 }
 
-void Engine::lead_locked(std::unique_lock<std::mutex>& token, const std::function<bool()>& done,
+void Engine::lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done,
                          Clock::time_point until) {
     guest_leading_.store(true, std::memory_order_relaxed);
     last_event_ = now_ = Clock::now();
@@ -108,7 +108,7 @@ void Engine::lead_locked(std::unique_lock<std::mutex>& token, const std::functio
     guest_leading_.store(false, std::memory_order_relaxed);
 }
 
-void Engine::lead_until(const std::function<bool()>& done) {
+void Engine::lead_until(FunctionRef<bool()> done) {
     guests_.fetch_add(1, std::memory_order_seq_cst);
     // No signal needed: the engine's thread never sleeps holding the token, and when awake it
     // sees guests_ within one pass.
@@ -135,7 +135,7 @@ bool Engine::acquire_as_guest(std::unique_lock<std::mutex>& token) {
     }
 }
 
-Engine::Lead Engine::try_lead_until(const std::function<bool()>& done, Clock::time_point until) {
+Engine::Lead Engine::try_lead_until(FunctionRef<bool()> done, Clock::time_point until) {
     guests_.fetch_add(1, std::memory_order_seq_cst);
     Lead outcome = Lead::other_leader;
     {
@@ -150,7 +150,7 @@ Engine::Lead Engine::try_lead_until(const std::function<bool()>& done, Clock::ti
     return outcome;
 }
 
-bool Engine::try_progress_once(const std::function<void()>& fn) {
+bool Engine::try_progress_once(FunctionRef<void()> fn) {
     guests_.fetch_add(1, std::memory_order_seq_cst);
     bool ran = false;
     {
@@ -172,7 +172,7 @@ void Engine::leader_left() {
     handoff_cv_.notify_all();
 }
 
-void Engine::wait_for_handoff(const std::function<bool()>& done, Clock::time_point until) {
+void Engine::wait_for_handoff(FunctionRef<bool()> done, Clock::time_point until) {
     std::unique_lock lock(handoff_mutex_);
     handoff_sleepers_.fetch_add(1, std::memory_order_seq_cst);
     auto generation = handoff_generation_;
@@ -186,7 +186,7 @@ void Engine::wait_for_handoff(const std::function<bool()>& done, Clock::time_poi
     handoff_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-void Engine::run_released(const std::function<void()>& fn) {
+void Engine::run_released(FunctionRef<void()> fn) {
     // guest_leading_ always describes whoever holds the token: not us while we run.
     bool was_leading = guest_leading_.exchange(false, std::memory_order_relaxed);
     // No wake-up of a deeply waiting engine thread: most kernels take microseconds, and waking
