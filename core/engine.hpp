@@ -122,7 +122,8 @@ public:
     /// A caller waiting for its own result: leads progress until `done()` or `until`, unless
     /// another guest already leads (then returns other_leader at once and the caller should
     /// wait_for_handoff()). The engine's own thread hands over within one pass.
-    Lead try_lead_until(FunctionRef<bool()> done, Clock::time_point until);
+    /// `now`: the caller's own clock reading, so leading starts without another.
+    Lead try_lead_until(FunctionRef<bool()> done, Clock::time_point until, Clock::time_point now);
     /// Runs `fn` holding the progress token (as a guest), unless another guest leads: then
     /// returns false and the caller post()s instead. For a caller's own submit.
     bool try_progress_once(FunctionRef<void()> fn);
@@ -247,7 +248,8 @@ private:
     /// go while asleep; returns whether it was taken back.
     bool sleep_until_event(std::unique_lock<std::mutex>& token, bool release_token, int timeout_ms);
     [[nodiscard]] int sleep_timeout_ms(bool engine_thread) const;
-    void lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done, Clock::time_point until);
+    void lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done, Clock::time_point until,
+                     Clock::time_point now);
     bool acquire_as_guest(std::unique_lock<std::mutex>& token);
     void leader_left();
     void watch(Clock::time_point now);
@@ -284,12 +286,16 @@ private:
     std::mutex guest_mutex_;
     std::condition_variable guest_cv_;
     std::chrono::steady_clock::time_point last_event_{}, last_tick_{}, last_watch_{};
-    /// The clock as iterate() last read it (at most kClockEvery idle passes old).
+    /// The clock as iterate() last read it (at most kClockEvery passes old).
     std::chrono::steady_clock::time_point now_{};
+    /// iterate() reads the clock once in this many passes, idle or busy: a clock read costs
+    /// as much as a pass (tens of ns in a VM), and spin windows and deadlines are far coarser.
     static constexpr unsigned kClockEvery = 16;
     /// Idle polling this long starts yielding the core at each clock read (iterate()).
     static constexpr auto kYieldAfter = std::chrono::microseconds(2);
-    unsigned idle_passes_ = 0;
+    unsigned idle_passes_ = 0, busy_passes_ = 0;
+    /// A pass did something since the clock was last read: the next read stamps last_event_.
+    bool event_unclocked_ = false;
     std::atomic<bool> guest_leading_{false}; ///< a guest holds the token and progresses
     std::atomic<bool> guest_busy_{false};    ///< a guest let the token go to run a kernel
     std::atomic<bool> deep_wait_{false};     ///< the engine's thread sleeps with nothing to watch

@@ -65,11 +65,22 @@ void Engine::watch(Clock::time_point now) {
 bool Engine::iterate() {
     bool did = ucp_worker_progress(worker_.get()) != 0;
     did = drain() || did;
-    // Reading the clock costs as much as an idle progress pass: idle passes read it every
-    // kClockEvery passes only (deadlines and spin windows are far coarser than that).
-    if (!did && ++idle_passes_ % kClockEvery != 0) return false;
+    // Reading the clock costs as much as a progress pass: passes read it every kClockEvery
+    // only (deadlines and spin windows are far coarser than that). A busy pass that does not
+    // read it makes the time since the last event read 0 until the next read, which stamps it.
+    if (did) {
+        last_event_ = now_;
+        event_unclocked_ = true;
+        if (++busy_passes_ % kClockEvery != 0) return true;
+    } else if (++idle_passes_ % kClockEvery != 0) {
+        return false;
+    }
     auto now = Clock::now();
     now_ = now;
+    if (event_unclocked_) {
+        last_event_ = now;
+        event_unclocked_ = false;
+    }
     // Polling with nothing to do for a while, the thread lets any other runnable thread on its
     // core go first: on a host with few cores, what it waits for (a peer just woken, UCX's own
     // thread) may be queued behind it for a whole time slice. A woken peer is often put on the
@@ -81,14 +92,13 @@ bool Engine::iterate() {
         last_tick_ = now;
         if (hooks_.on_tick) hooks_.on_tick();
     }
-    if (did) last_event_ = now;
     return did;
 }
 
-void Engine::lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done,
-                         Clock::time_point until) {
+void Engine::lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done, Clock::time_point until,
+                         Clock::time_point now) {
     guest_leading_.store(true, std::memory_order_relaxed);
-    last_event_ = now_ = Clock::now();
+    last_event_ = now_ = now;
     while (!done() && !stopping_.load(std::memory_order_relaxed)) {
         if (iterate()) continue;
         if (done()) break;
@@ -114,7 +124,7 @@ void Engine::lead_until(FunctionRef<bool()> done) {
     // sees guests_ within one pass.
     {
         std::unique_lock token(token_);
-        lead_locked(token, done, Clock::time_point::max());
+        lead_locked(token, done, Clock::time_point::max(), Clock::now());
     }
     // No wake-up for the engine's thread: most jobs take microseconds and this thread leads
     // again right after. If it does not come back, the engine's thread takes over within
@@ -135,13 +145,13 @@ bool Engine::acquire_as_guest(std::unique_lock<std::mutex>& token) {
     }
 }
 
-Engine::Lead Engine::try_lead_until(FunctionRef<bool()> done, Clock::time_point until) {
+Engine::Lead Engine::try_lead_until(FunctionRef<bool()> done, Clock::time_point until, Clock::time_point now) {
     guests_.fetch_add(1, std::memory_order_seq_cst);
     Lead outcome = Lead::other_leader;
     {
         std::unique_lock token(token_, std::defer_lock);
         if (acquire_as_guest(token)) {
-            lead_locked(token, done, until);
+            lead_locked(token, done, until, now);
             outcome = Lead::led;
         }
     }

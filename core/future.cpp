@@ -22,10 +22,11 @@ bool Future::wait_for(std::chrono::nanoseconds timeout) const {
     auto& s = *state_;
     auto done = [&s] { return s.done.load(std::memory_order_seq_cst); };
     if (done()) return true;
-    auto until = Clock::now() + timeout;
-    for (;;) {
+    // One clock read per round: a call answered while this thread leads costs no other.
+    auto now = Clock::now();
+    const auto until = now + timeout;
+    for (;; now = Clock::now()) {
         if (done()) return true;
-        auto now = Clock::now();
         if (now >= until) return false;
         auto slice_end = std::min(until, now + kLeadSlice);
         std::shared_lock alive(s.progress->mutex);
@@ -37,7 +38,7 @@ bool Future::wait_for(std::chrono::nanoseconds timeout) const {
             continue;
         }
         detail::t_waiter_leads = true;
-        auto lead = engine->try_lead_until(done, slice_end);
+        auto lead = engine->try_lead_until(done, slice_end, now);
         detail::t_waiter_leads = false;
         if (lead == Engine::Lead::other_leader) engine->wait_for_handoff(done, slice_end);
     }
