@@ -150,13 +150,13 @@ int main(int argc, char** argv) {
             };
             struct Kind {
                 const char* label;
-                const char* title;
+                std::string title;
                 std::function<void()> call;
                 int per_round;
             };
             const std::vector<Kind> kinds{{"raw_am_rtt", "raw AM round trip", ping, 1},
                                           {"cached_ship", "cached ship (empty, 8 B)", ship, 1},
-                                          {"cached_batch", "cached ship in a batch", ship_batch,
+                                          {"cached_batch", fmt::format("cached ship, batch {}", batch), ship_batch,
                                            static_cast<int>(batch)}};
             for (const auto& k : kinds) {
                 const int rounds = std::max(1, calls / k.per_round);
@@ -170,7 +170,7 @@ int main(int argc, char** argv) {
                 auto c = per_call(c0, c1, counted);
                 auto a = per_call(a0, a1, counted);
                 fmt::print("{:<5} {:<22} {:>14.2f} {:>14.1f} {:>14.2f} {:>14.1f}\n", tl,
-                           k.per_round > 1 ? fmt::format("cached ship, batch {}", batch) : std::string(k.title),
+                           k.title,
                            c.allocations, c.bytes, a.allocations, a.bytes);
                 if (out)
                     out << fmt::format("{},{},{},{:.3f},{:.3f},{:.1f},{:.3f},{:.3f},{:.1f}\n", tl, k.label, counted, c.allocations,

@@ -31,8 +31,6 @@ public:
     [[nodiscard]] bool contains(const Key& key) const { return map_.contains(key); }
     [[nodiscard]] iterator begin() { return map_.begin(); }
     [[nodiscard]] iterator end() { return map_.end(); }
-    [[nodiscard]] std::size_t size() const noexcept { return map_.size(); }
-    [[nodiscard]] bool empty() const noexcept { return map_.empty(); }
 
     /// Erases the entry at `it`; returns the one after it.
     iterator erase(iterator it) {
