@@ -186,6 +186,8 @@ struct Agent::Impl {
         // Messages that came, or went, many to one (Engine::Cork).
         out.emplace_back("batches_received", engine->batches_received());
         out.emplace_back("batches_sent", engine->batches_sent());
+        // Polling threads that moved off a core they shared with their peer (core_sharing.hpp).
+        out.emplace_back("core_moves", engine->core_moves());
         return out;
     }
 

@@ -207,6 +207,16 @@ int main(int argc, char** argv) {
                 print(tl, "raw AM round trip (8 B)", ping_s);
                 print(tl, "cached ship (empty, 8 B)", cached_s);
                 print(tl, fmt::format("ping with {} B (code size)", code_bytes), transfer);
+                {
+                    // Polling threads that moved off a core they shared with their peer (core_sharing.hpp).
+                    auto agent_stats = client.agent_stats(*target);
+                    std::uint64_t agent_moves = 0;
+                    if (agent_stats)
+                        for (const auto& [k, v] : *agent_stats)
+                            if (k == "core_moves") agent_moves = v;
+                    fmt::print("{:<5} {:<28} client {}, agent {}\n", tl, "core moves (shared core)", client.stats().core_moves,
+                               agent_moves);
+                }
                 rows.push_back({labels(tl, "raw_am_rtt"), ping_s, {}});
                 rows.push_back({labels(tl, "cached_ship"), cached_s, {}});
                 rows.push_back({labels(tl, "ping_code_sized"), transfer, {{"bytes", double(code_bytes)}}});

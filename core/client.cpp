@@ -245,6 +245,7 @@ ClientStats Client::stats() const {
     s.stray_replies = impl_->stray_replies.load();
     s.completed_by_waiter = impl_->progress->completed_by_waiter.load();
     s.completed_by_background = impl_->progress->completed_by_background.load();
+    s.core_moves = impl_->engine->core_moves();
     return s;
 }
 

@@ -26,6 +26,7 @@
 #include <bitship/errc.hpp>
 #include <bitship/transport.hpp>
 
+#include "core_sharing.hpp"
 #include "function_ref.hpp"
 #include "wire.hpp"
 
@@ -225,6 +226,8 @@ public:
     /// BATCH messages sent, and received and opened (any thread).
     [[nodiscard]] std::uint64_t batches_sent() const noexcept { return batches_sent_.load(std::memory_order_relaxed); }
     [[nodiscard]] std::uint64_t batches_received() const noexcept { return batches_received_.load(std::memory_order_relaxed); }
+    /// Times a polling thread moved off a core it shared with another poller (CoreSharing; any thread).
+    [[nodiscard]] std::uint64_t core_moves() const noexcept { return core_moves_.load(std::memory_order_relaxed); }
 
 private:
     struct ContextDeleter {
@@ -248,6 +251,12 @@ private:
     /// go while asleep; returns whether it was taken back.
     bool sleep_until_event(std::unique_lock<std::mutex>& token, bool release_token, int timeout_ms);
     [[nodiscard]] int sleep_timeout_ms(bool engine_thread) const;
+    /// Yields the core to any other runnable thread there; a thread that keeps finding one
+    /// moves to another core (CoreSharing). `now`: the clock just before. Token held.
+    void yield_core(Clock::time_point now);
+    /// Whether a poller idle for `idle` (by the last clock read) sleeps now: always in block
+    /// mode, in spin-then-block once its spin window is over.
+    [[nodiscard]] bool should_sleep(Clock::duration idle) const;
     void lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done, Clock::time_point until,
                      Clock::time_point now);
     bool acquire_as_guest(std::unique_lock<std::mutex>& token);
@@ -294,6 +303,9 @@ private:
     /// Idle polling this long starts yielding the core at each clock read (iterate()).
     static constexpr auto kYieldAfter = std::chrono::microseconds(2);
     unsigned idle_passes_ = 0, busy_passes_ = 0;
+    /// Whoever holds the token and polls notices when it shares a core with the thread it
+    /// waits for, and moves (core_sharing.hpp).
+    CoreSharing core_sharing_;
     /// A pass did something since the clock was last read: the next read stamps last_event_.
     bool event_unclocked_ = false;
     std::atomic<bool> guest_leading_{false}; ///< a guest holds the token and progresses
@@ -307,6 +319,7 @@ private:
     std::atomic<int> handoff_sleepers_{0};
     std::atomic<int> sleepers_{0}; ///< threads asleep on the event fd
     std::atomic<std::uint64_t> bytes_sent_{0};
+    std::atomic<std::uint64_t> core_moves_{0};
 
     // engine_batch.cpp: gathering under a Cork, and opening a BATCH that arrived.
     struct Gathered {

@@ -87,12 +87,23 @@ bool Engine::iterate() {
     // waker's core (a sync wake-up) and, both polling and cache-hot, neither is moved: then each
     // round trip costs a few of these turns, so they are short. With nothing else runnable,
     // this returns at once; replies that come within kYieldAfter never pay it.
-    if (!did && now - last_event_ >= kYieldAfter) std::this_thread::yield();
+    if (!did && now - last_event_ >= kYieldAfter) yield_core(now);
     if (now - last_tick_ >= kTick) {
         last_tick_ = now;
         if (hooks_.on_tick) hooks_.on_tick();
     }
     return did;
+}
+
+void Engine::yield_core(Clock::time_point now) {
+    std::this_thread::yield();
+    auto back = Clock::now();
+    now_ = back;
+    if (core_sharing_.yielded(back - now, back)) core_moves_.fetch_add(1, std::memory_order_relaxed);
+}
+
+bool Engine::should_sleep(Clock::duration idle) const {
+    return options_.mode == ProgressMode::block || (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin);
 }
 
 void Engine::lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done, Clock::time_point until,
@@ -104,9 +115,7 @@ void Engine::lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()
         if (done()) break;
         auto now = now_;
         if (now >= until) break;
-        auto idle = now - last_event_;
-        if (options_.mode == ProgressMode::block ||
-            (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin)) {
+        if (should_sleep(now - last_event_)) {
             int timeout_ms = sleep_timeout_ms(false);
             if (until != Clock::time_point::max()) {
                 auto left = std::chrono::ceil<std::chrono::milliseconds>(until - now).count();
@@ -233,11 +242,8 @@ void Engine::run() {
                 while (!stopping_.load(std::memory_order_relaxed) && guests_.load(std::memory_order_seq_cst) == 0) {
                     watch(now_);
                     if (iterate()) continue;
-                    auto idle = now_ - last_event_;
-                    bool sleep = options_.mode == ProgressMode::block ||
-                                 (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin);
                     // Lost the token while asleep: a guest leads now.
-                    if (sleep && !sleep_until_event(token, true, sleep_timeout_ms(true))) break;
+                    if (should_sleep(now_ - last_event_) && !sleep_until_event(token, true, sleep_timeout_ms(true))) break;
                 }
                 continue;
             }

@@ -223,6 +223,9 @@ struct ClientStats {
     /// (caller-driven progress), and by the background progress thread.
     std::uint64_t completed_by_waiter = 0;
     std::uint64_t completed_by_background = 0;
+    /// Times a thread progressing this client moved to another core because it shared its
+    /// core with another polling thread (the agent's, on the same host).
+    std::uint64_t core_moves = 0;
 };
 
 /// Ships kernels to agents. Thread-safe: any number of threads may connect and ship through

@@ -1,0 +1,86 @@
+// CoreSharing: a polling thread that keeps yielding its core to another thread moves itself to
+// another core of its affinity mask, and leaves the mask as it found it.
+#include <catch2/catch.hpp>
+
+#include <sched.h>
+
+#include <chrono>
+#include <thread>
+
+#include "core/core_sharing.hpp"
+
+using namespace bitship;
+using namespace std::chrono_literals;
+
+namespace {
+
+cpu_set_t affinity() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+    return set;
+}
+
+/// Runs `body` on a thread of its own (the test's affinity changes stay there).
+template <class F>
+void on_thread(F body) {
+    std::thread(body).join();
+}
+
+} // namespace
+
+TEST_CASE("move_to_another_core moves the thread to another allowed core and keeps its mask") {
+    on_thread([] {
+        const cpu_set_t before = affinity();
+        if (CPU_COUNT(&before) < 2) {
+            CHECK(move_to_another_core() == -1);
+            return;
+        }
+        const int here = ::sched_getcpu();
+        const int there = move_to_another_core();
+        REQUIRE(there >= 0);
+        CHECK(there != here);
+        CHECK(CPU_ISSET(there, &before));
+        cpu_set_t after = affinity();
+        CHECK(CPU_EQUAL(&before, &after));
+    });
+}
+
+TEST_CASE("move_to_another_core does not move a thread pinned to one core") {
+    on_thread([] {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(::sched_getcpu(), &one);
+        REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);
+        CHECK(move_to_another_core() == -1);
+        cpu_set_t after = affinity();
+        CHECK(CPU_EQUAL(&one, &after));
+    });
+}
+
+TEST_CASE("CoreSharing moves after kSharedYields shared yields in a row, at most once per kMoveEvery") {
+    on_thread([] {
+        const cpu_set_t mask = affinity();
+        const bool can_move = CPU_COUNT(&mask) >= 2;
+        CoreSharing sharing;
+        auto now = std::chrono::steady_clock::now() + 1h; // far from the first move's zero time
+        const auto shared = CoreSharing::kSharedYield + 3us;
+        const auto alone = CoreSharing::kSharedYield / 4;
+
+        // One short of the count, then a yield that ran nobody else: the count starts over.
+        for (unsigned i = 1; i < CoreSharing::kSharedYields; ++i) CHECK_FALSE(sharing.yielded(shared, now));
+        CHECK_FALSE(sharing.yielded(alone, now));
+        for (unsigned i = 1; i < CoreSharing::kSharedYields; ++i) CHECK_FALSE(sharing.yielded(shared, now));
+        // The count reached: it moves (where the mask allows another core).
+        CHECK(sharing.yielded(shared, now) == can_move);
+        // Again at once: not within kMoveEvery of the last move.
+        for (unsigned i = 0; i < 2 * CoreSharing::kSharedYields; ++i) CHECK_FALSE(sharing.yielded(shared, now + 1ms));
+        // Later, it may move again.
+        now += CoreSharing::kMoveEvery;
+        bool moved = false;
+        for (unsigned i = 0; i < CoreSharing::kSharedYields; ++i) moved = sharing.yielded(shared, now) || moved;
+        CHECK(moved == can_move);
+        cpu_set_t after = affinity();
+        CHECK(CPU_EQUAL(&mask, &after));
+    });
+}
