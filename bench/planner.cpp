@@ -349,6 +349,9 @@ int main(int argc, char** argv) {
                                     for (auto s : all) {
                                         if (cold && ships_code(s)) {
                                             if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
+                                            // Told, or the planner takes this compile for a cached run's time: it
+                                            // would learn it as one, and count it as the owner's queue.
+                                            planner->code_evicted(o);
                                         }
                                         awaken(client, agents);
                                         samples[s].push_back(run_us(*planner, o, size, s));

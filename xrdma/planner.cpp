@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -138,17 +139,17 @@ struct Planner::Impl {
     /// load_fresh) took slow_factor × their prediction or more, and that many times more than
     /// its latest GETs took over theirs (a slow link or a model error makes both late; a queue,
     /// the remote runs only). If so, what they took beyond it (the median) counts as a queue
-    /// until the oldest of them leaves the window.
+    /// while kLateRuns of them are still in the window.
     void update_lateness(AgentRecord& rec) const {
         rec.late_ns = 0;
         const auto now = Clock::now();
         std::vector<double> ratios, excess, get_ratios;
-        Clock::time_point oldest = now;
+        std::vector<Clock::time_point> times;
         for (const auto& late : rec.recent)
             if (now - late.at <= options.load_fresh) {
                 ratios.push_back(late.ratio);
                 excess.push_back(late.excess_ns);
-                oldest = std::min(oldest, late.at);
+                times.push_back(late.at);
             }
         if (ratios.size() < kLateRuns) return;
         for (const auto& late : rec.recent_gets)
@@ -156,7 +157,10 @@ struct Planner::Impl {
         const double get_late = get_ratios.empty() ? 1.0 : std::max(1.0, median(get_ratios));
         if (median(ratios) < options.slow_factor * get_late) return;
         rec.late_ns = std::max(0.0, median(excess));
-        rec.late_until = oldest + options.load_fresh;
+        // Until fewer than kLateRuns of them are left in the window: the kLateRuns-th newest
+        // leaves it then.
+        std::nth_element(times.begin(), times.begin() + (kLateRuns - 1), times.end(), std::greater<>());
+        rec.late_until = times[kLateRuns - 1] + options.load_fresh;
     }
     [[nodiscard]] double queue_wait_ns() const {
         const auto now = Clock::now();
