@@ -3,14 +3,17 @@
 // thread that finds nothing to do yields its core (Engine::iterate), so that a peer queued
 // behind it on a host with few cores runs at once. But when that peer is the thread it waits
 // for (a client's caller and an agent's leader on one machine), the pair then stays on one
-// core, handing it back and forth at every yield: about 11 µs a round trip over shared memory
-// on the 2-core test VM instead of 0.6, while the other core idles. A woken thread is put on
+// core, handing it back and forth at every yield: 8–11 µs a round trip over shared memory
+// on the 2-core test VM instead of 0.55, while the other core idles. A woken thread is put on
 // its waker's core, and neither the wake-up path (its idle-CPU scan is cut short on a busy
 // cache domain) nor the load balancer (it leaves cache-hot threads where they are) separates
 // two threads that never sleep. So the thread that notices moves itself:
 //
-//   CoreSharing sharing;
-//   ... auto before = clock(); sched_yield(); if (sharing.yielded(clock() - before)) moved++;
+//   CoreSharing sharing;   // per polling loop (Engine::yield_core)
+//   auto before = steady_clock::now();
+//   sched_yield();
+//   auto back = steady_clock::now();
+//   if (sharing.yielded(back - before, back)) ++moves;
 
 #include <chrono>
 

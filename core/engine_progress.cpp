@@ -84,9 +84,10 @@ bool Engine::iterate() {
     // Polling with nothing to do for a while, the thread lets any other runnable thread on its
     // core go first: on a host with few cores, what it waits for (a peer just woken, UCX's own
     // thread) may be queued behind it for a whole time slice. A woken peer is often put on the
-    // waker's core (a sync wake-up) and, both polling and cache-hot, neither is moved: then each
-    // round trip costs a few of these turns, so they are short. With nothing else runnable,
-    // this returns at once; replies that come within kYieldAfter never pay it.
+    // waker's core (a sync wake-up) and, both polling and cache-hot, the scheduler moves
+    // neither: a thread that keeps finding its core taken moves itself (yield_core,
+    // core_sharing.hpp). With nothing else runnable, the yield returns at once; replies that
+    // come within kYieldAfter never pay it.
     if (!did && now - last_event_ >= kYieldAfter) yield_core(now);
     if (now - last_tick_ >= kTick) {
         last_tick_ = now;
