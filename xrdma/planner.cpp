@@ -26,7 +26,7 @@ constexpr auto kTierUpPoll = std::chrono::milliseconds(2);
 constexpr std::uint64_t kTierUpFactor = 8;
 constexpr std::uint8_t kCacheEvictType = 19; // wire::Type::cache_evict
 constexpr int kProbes = 4;
-/// Remote runs within late_fresh needed before their lateness counts as a queue; runs kept.
+/// Remote runs within load_fresh needed before their lateness counts as a queue; runs kept.
 constexpr std::size_t kLateRuns = 3;
 constexpr std::size_t kLateKept = 2 * kLateRuns;
 
@@ -136,7 +136,7 @@ struct Planner::Impl {
     }
 
     /// After a run: whether the owner's latest remote runs (at least kLateRuns within
-    /// late_fresh) took slow_factor × their prediction or more, and that many times more than
+    /// load_fresh) took slow_factor × their prediction or more, and that many times more than
     /// its latest GETs took over theirs (a slow link or a model error makes both late; a queue,
     /// the remote runs only). If so, what they took beyond it (the median) counts as a queue
     /// while kLateRuns of them are still in the window.
@@ -146,21 +146,21 @@ struct Planner::Impl {
         std::vector<double> ratios, excess, get_ratios;
         std::vector<Clock::time_point> times;
         for (const auto& late : rec.recent)
-            if (now - late.at <= options.late_fresh) {
+            if (now - late.at <= options.load_fresh) {
                 ratios.push_back(late.ratio);
                 excess.push_back(late.excess_ns);
                 times.push_back(late.at);
             }
         if (ratios.size() < kLateRuns) return;
         for (const auto& late : rec.recent_gets)
-            if (now - late.at <= options.late_fresh) get_ratios.push_back(late.ratio);
+            if (now - late.at <= options.load_fresh) get_ratios.push_back(late.ratio);
         const double get_late = get_ratios.empty() ? 1.0 : std::max(1.0, median(get_ratios));
         if (median(ratios) < options.slow_factor * get_late) return;
         rec.late_ns = std::max(0.0, median(excess));
         // Until fewer than kLateRuns of them are left in the window: the kLateRuns-th newest
         // leaves it then.
         std::nth_element(times.begin(), times.begin() + (kLateRuns - 1), times.end(), std::greater<>());
-        rec.late_until = times[kLateRuns - 1] + options.late_fresh;
+        rec.late_until = times[kLateRuns - 1] + options.load_fresh;
     }
     [[nodiscard]] double queue_wait_ns() const {
         const auto now = Clock::now();

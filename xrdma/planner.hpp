@@ -67,13 +67,9 @@ struct PlannerOptions {
     /// flagged as slow.
     double slow_factor = 1.5;
     std::size_t slow_window = 16;
-    /// A reported queue older than this is stale: the agent is taken as idle again.
+    /// A reported queue, or late runs, older than this are stale: the agent is taken as idle
+    /// again (and, pushed back to GET, tried with shipping again).
     std::chrono::milliseconds load_fresh{100};
-    /// Late remote runs count as the owner's queue while enough of them are younger than this;
-    /// then the agent is taken as idle again (and, pushed back to GET, tried with shipping
-    /// again). Longer than load_fresh: runs come further apart than replies' reports, the
-    /// more so when fetching is what the planner does meanwhile.
-    std::chrono::milliseconds late_fresh{1000};
 };
 
 /// The planner's decision for one call, and why.
