@@ -392,7 +392,7 @@ TEST_CASE("a caller waiting on its future receives its result itself, leading pr
     }
 }
 
-TEST_CASE("ship_chain: dependent calls come back here between them; any failure ends the walk with it", "[integration]") {
+TEST_CASE("ship_chain: dependent calls come back here between them, and any failure ends the walk with it", "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
     AgentProcess a(transport), b(transport);

@@ -61,7 +61,7 @@ TEST_CASE("WELCOME carries the access mode and the connection's challenge after 
     CHECK(w.sandbox == SandboxMode::none);
 }
 
-TEST_CASE("WELCOME carries the sandbox mode last; an agent from before it reads as none", "[unit]") {
+TEST_CASE("WELCOME carries the sandbox mode last, and an agent from before it reads as none", "[unit]") {
     auto w = keyed_welcome();
     w.sandbox = SandboxMode::sfi;
     auto e = wire::encode_welcome(w);

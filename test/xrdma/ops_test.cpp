@@ -176,7 +176,7 @@ TEST_CASE("reship walks come back here at every crossing between agents and neve
     CHECK(forwards() - forwards_before == crossings);
 }
 
-TEST_CASE("typed reduce and filter over ranges that start mid-agent; a missing key is not found", "[integration]") {
+TEST_CASE("typed reduce and filter over ranges that start mid-agent, and a missing key is not found", "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     auto cluster = start_cluster(transport, 4);
     auto data = ShardedArray::make(4, kItemsPerAgent, kSeed);
