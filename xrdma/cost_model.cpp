@@ -88,6 +88,10 @@ StrategyFit fit(const Op& op, const LinkFigures& link, Strategy s, std::span<con
     const double var = sxx - sx * sx / sw;
     if (var > 1e-12 * sxx) out.per_unit_ns = std::max(0.0, (sxy - sx * sy / sw) / var);
     out.fixed_ns = (sy - out.per_unit_ns * sx) / sw;
+    // A link probed slower than the calibration runs went (a probe unlucky on a loaded host)
+    // leaves a negative fixed cost. Past the link's own share it would make small sizes cost
+    // nothing: the fixed cost never takes back more than the link's round trip.
+    out.fixed_ns = std::max(out.fixed_ns, -link_ns(link, s, OpWork{}));
     out.fitted = true;
     return out;
 }

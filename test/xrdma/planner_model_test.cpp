@@ -74,7 +74,23 @@ TEST_CASE("a fit recovers the per-unit and fixed costs of timed runs beyond the 
     CHECK(f.fixed_ns == Approx(500).epsilon(1e-6));
 }
 
-TEST_CASE("reship pays a round trip here per crossing; it wins where agent-to-agent forwards cost more", "[unit]") {
+TEST_CASE("a link probed slower than the runs went never makes a strategy cost nothing", "[unit]") {
+    // Probed on a loaded host: a 20 µs round trip. The short runs went in 1 µs and the long
+    // ones grew 3.5 µs a hop: a line through them gives back more than the round trip.
+    WalkShape op;
+    const auto model = tcp_like();
+    std::vector<Sample> samples{{1, 1'000}, {2, 1'100}, {256, 3'500.0 * 256}, {1024, 3'500.0 * 1024}};
+    auto f = fit(op, model.link, Strategy::native, samples);
+    REQUIRE(f.fitted);
+    CHECK(f.per_unit_ns > 0);
+    CHECK(f.fixed_ns == Approx(-20'000)); // the link's round trip given back, no more
+    OpModel probed = model;
+    probed.fits[index_of(Strategy::native)] = f;
+    // One hop: the hop and the answer's 16 bytes, not 0.
+    CHECK(estimate_ns(probed, Strategy::native, op.work(1), true) == Approx(f.per_unit_ns + 16 * 0.1));
+}
+
+TEST_CASE("reship pays a round trip here per crossing, and it wins where agent-to-agent forwards cost more", "[unit]") {
     SpreadWalk op;
     auto model = tcp_like();
     model.fits[index_of(Strategy::reship)] = model.fits[index_of(Strategy::xrdma)];
