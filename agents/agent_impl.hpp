@@ -188,6 +188,8 @@ struct Agent::Impl {
         out.emplace_back("batches_sent", engine->batches_sent());
         // Polling threads that moved off a core they shared with their peer (core_sharing.hpp).
         out.emplace_back("core_moves", engine->core_moves());
+        // Long kernels that had the engine's thread progress while they ran (dispatch.cpp).
+        out.emplace_back("progress_handovers", engine->progress_handovers());
         return out;
     }
 

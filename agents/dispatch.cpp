@@ -3,6 +3,9 @@
 namespace bitship::agent {
 namespace {
 void wake_watchdog(void* engine) { static_cast<Engine*>(engine)->wake_watch(); }
+// A kernel this long pays the engine's thread's wake-up (a few µs) to keep the agent answering
+// while it runs; a shorter one keeps the token's hand-off free.
+constexpr std::uint64_t kLongKernelNs = 100'000;
 } // namespace
 
 bool Agent::Impl::take_window(RunRequest& r) {
@@ -188,9 +191,12 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         prepare_ctx(ctx, *r);
         std::optional<Error> stopped;
         auto began = Clock::now();
-        // No watchdog wake-up here (it would cost a short kernel more than it runs); the
-        // watchdog sees this kernel within Engine::kDeepWait.
-        engine->run_released([&] { stopped = run_sandboxed(what, ctx); });
+        // No watchdog wake-up for a short kernel (it would cost more than the kernel runs): the
+        // watchdog sees it within Engine::kDeepWait. A kernel whose last run was long wakes the
+        // engine's thread to progress while it runs: without that, on TCP an emulated GET of this
+        // agent's memory, or a ping, waits for the whole kernel (up to Engine::kTakeover).
+        const bool long_kernel = kernel_stats.last_run_ns(r->run.hash, r->run.entry) >= kLongKernelNs;
+        engine->run_released([&] { stopped = run_sandboxed(what, ctx); }, long_kernel);
         record_run(*r, what, Clock::now() - began);
         ctx.create_region = nullptr;
         finish_kernel(r, what.code, stopped, ctx);

@@ -64,6 +64,7 @@ struct KernelStats::KernelSlot {
     std::atomic<std::uint64_t> calls{0}, bytes_in{0}, bytes_out{0};
     std::atomic<std::uint64_t> compile_ns_first{0}, compile_ns_optimised{0};
     std::atomic<const void*> last_code{nullptr};
+    std::atomic<std::uint64_t> last_run_ns{0};
     ErrorCounts errors;
     RunTimes run_times;
 };
@@ -172,12 +173,17 @@ void KernelStats::on_run(const CodeHash& hash, std::string_view entry, std::uint
                          std::uint64_t compile_ns) noexcept {
     auto* k = kernel(hash, entry);
     k->run_times.add(run_ns);
+    k->last_run_ns.store(run_ns, kRelaxed);
     // A new code object for this kernel: its compile time counts once. The first is the fast
     // tier; a later one is the optimised recompile swapped in.
     if (code && k->last_code.load(kRelaxed) != code && k->last_code.exchange(code) != code) {
         auto& tier = k->compile_ns_first.load(kRelaxed) == 0 ? k->compile_ns_first : k->compile_ns_optimised;
         tier.store(compile_ns, kRelaxed);
     }
+}
+
+std::uint64_t KernelStats::last_run_ns(const CodeHash& hash, std::string_view entry) noexcept {
+    return kernel(hash, entry)->last_run_ns.load(kRelaxed);
 }
 
 void KernelStats::on_answer(const CodeHash& hash, std::string_view entry, std::uint64_t conn, std::size_t bytes_in,

@@ -74,6 +74,8 @@ public:
     /// recorded once per code object.
     void on_run(const CodeHash& hash, std::string_view entry, std::uint64_t run_ns, const void* code,
                 std::uint64_t compile_ns) noexcept;
+    /// How long this kernel's latest run took, in ns (0: it has not run yet). A table probe.
+    [[nodiscard]] std::uint64_t last_run_ns(const CodeHash& hash, std::string_view entry) noexcept;
     /// The final answer of a call on connection `conn`: a RESULT (bytes out) or an ERROR (its code).
     void on_answer(const CodeHash& hash, std::string_view entry, std::uint64_t conn, std::size_t bytes_in,
                    const wire::Encoded& answer) noexcept;

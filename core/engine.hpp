@@ -135,8 +135,11 @@ public:
     void notify_waiters();
     /// Called by a leading guest from inside a hook: runs `fn` (a kernel) with the token
     /// released; if it runs long, the engine's thread progresses meanwhile (within kTakeover, or
-    /// kDeepWait when it was waiting deeply).
-    void run_released(FunctionRef<void()> fn);
+    /// kDeepWait when it was waiting deeply). `hand_over`: the kernel is expected to run long
+    /// (its last run did): the engine's thread is woken to progress from the start, so the
+    /// messages that arrive meanwhile (an emulated GET, a ping, the next RUN to queue) wait
+    /// a wake-up instead of the whole kernel. One wake-up, worth it only for a long kernel.
+    void run_released(FunctionRef<void()> fn, bool hand_over = false);
     /// Something to watch began (a kernel started): the engine's thread, if in a deep sleep,
     /// resumes its kTakeover watch. One atomic load when it is not asleep. Any thread.
     void wake_watch() noexcept;
@@ -228,6 +231,8 @@ public:
     [[nodiscard]] std::uint64_t batches_received() const noexcept { return batches_received_.load(std::memory_order_relaxed); }
     /// Times a polling thread moved off a core it shared with another poller (CoreSharing; any thread).
     [[nodiscard]] std::uint64_t core_moves() const noexcept { return core_moves_.load(std::memory_order_relaxed); }
+    /// Kernels that had the engine's thread progress from their start (run_released's hand_over).
+    [[nodiscard]] std::uint64_t progress_handovers() const noexcept { return handovers_.load(std::memory_order_relaxed); }
 
 private:
     struct ContextDeleter {
@@ -320,6 +325,8 @@ private:
     std::atomic<int> sleepers_{0}; ///< threads asleep on the event fd
     std::atomic<std::uint64_t> bytes_sent_{0};
     std::atomic<std::uint64_t> core_moves_{0};
+    std::atomic<std::uint64_t> handovers_{0};
+    std::atomic<bool> handover_wanted_{false}; ///< a long kernel began: the engine's thread takes over at once
 
     // engine_batch.cpp: gathering under a Cork, and opening a BATCH that arrived.
     struct Gathered {

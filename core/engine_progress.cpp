@@ -206,14 +206,22 @@ void Engine::wait_for_handoff(FunctionRef<bool()> done, Clock::time_point until)
     handoff_sleepers_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-void Engine::run_released(FunctionRef<void()> fn) {
+void Engine::run_released(FunctionRef<void()> fn, bool hand_over) {
     // guest_leading_ always describes whoever holds the token: not us while we run.
     bool was_leading = guest_leading_.exchange(false, std::memory_order_relaxed);
     // No wake-up of a deeply waiting engine thread: most kernels take microseconds, and waking
     // it costs the call more than the kernel. It looks at least every kDeepWait.
     guest_busy_.store(true, std::memory_order_seq_cst);
     token_.unlock();
+    if (hand_over) {
+        // Flagged before the wake-up: an engine thread not yet asleep sees the flag and skips
+        // its wait (wake_watch() only reaches one already waiting).
+        handover_wanted_.store(true, std::memory_order_seq_cst);
+        handovers_.fetch_add(1, std::memory_order_relaxed);
+        wake_watch();
+    }
     fn();
+    handover_wanted_.store(false, std::memory_order_relaxed);
     guest_busy_.store(false, std::memory_order_release);
     // The engine's thread may have taken over meanwhile: it lets go once it sees us back.
     if (sleepers_.load(std::memory_order_seq_cst) > 0) ucp_worker_signal(worker_.get());
@@ -260,7 +268,9 @@ void Engine::run() {
             // kernel publishes itself before it reads deep_wait_ (both sequentially consistent).
             deep_wait_.store(true, std::memory_order_seq_cst);
             bool watching = hooks_.watch_needed ? hooks_.watch_needed() : static_cast<bool>(hooks_.on_watch);
-            if (!watching && !guest_busy_.load(std::memory_order_seq_cst)) {
+            if (handover_wanted_.exchange(false, std::memory_order_seq_cst) && guest_busy_.load(std::memory_order_seq_cst)) {
+                // A long kernel began: take over now (below).
+            } else if (!watching && !guest_busy_.load(std::memory_order_seq_cst)) {
                 auto wake = [&] {
                     return guests_.load(std::memory_order_seq_cst) == 0 || stopping_.load() || watch_wanted_.exchange(false) ||
                            guest_busy_.load(std::memory_order_seq_cst);
