@@ -36,7 +36,7 @@ OpWork ChaseOp::work(std::uint64_t size) const {
     // Each hop lands on a random agent: it crosses with chance (agents-1)/agents.
     w.forwards = size * (agents - 1) / agents;
     w.result_bytes = sizeof(bs_chase_result);
-    w.agents_touched = static_cast<std::uint32_t>(std::min<std::uint64_t>(agents, std::max<std::uint64_t>(size, 1)));
+    w.agents_touched = expected_agents(static_cast<std::uint32_t>(agents), size);
     return w;
 }
 

@@ -29,7 +29,8 @@ double units_of(Strategy s, const OpWork& work) noexcept {
 double cold_extra(const OpModel& model, Strategy s, const OpWork& work, bool cached) noexcept {
     if (!ships_code(s) || cached) return 0;
     const bool walk = work.forwards > 0;
-    return model.cold_ns * (walk ? std::max<std::uint32_t>(work.agents_touched, 1) : 1);
+    const double further = walk ? std::max<std::uint32_t>(work.agents_touched, 1) - 1 : 0;
+    return model.cold_ns + further * (model.cold_next_ns > 0 ? model.cold_next_ns : model.cold_ns);
 }
 
 } // namespace

@@ -52,6 +52,9 @@ struct OpModel {
     LinkFigures link;
     std::array<StrategyFit, kStrategies> fits{};
     double cold_ns = 0; ///< the shipped kernel's first call at an agent beyond a cached one
+    /// On a walk, each further agent's first call: dearer than the first one's where the earlier
+    /// agents' optimised recompiles (tiered JIT) run meanwhile on the same few cores. 0: cold_ns.
+    double cold_next_ns = 0;
 };
 
 /// One strategy's estimate, and the terms it is made of (for the explanation).

@@ -236,7 +236,7 @@ OpWork HashLookupOp::work(std::uint64_t size) const {
     // Each entry sits on a random agent: the step onto it crosses with chance (agents-1)/agents.
     w.forwards = size * (agents - 1) / agents;
     w.result_bytes = sizeof(bs_hash_result);
-    w.agents_touched = static_cast<std::uint32_t>(std::min<std::uint64_t>(agents, size + 1));
+    w.agents_touched = expected_agents(static_cast<std::uint32_t>(agents), size + 1); // the bucket's, then each entry's
     return w;
 }
 

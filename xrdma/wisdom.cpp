@@ -77,7 +77,7 @@ std::string Wisdom::format(const std::string& key, const WisdomEntry& e) {
         const auto& f = e.model.fits[index_of(s)];
         out << ' ' << to_string(s) << ' ' << f.fixed_ns << ' ' << f.per_unit_ns << ' ' << (f.fitted ? 1 : 0);
     }
-    out << " cold_ns " << e.model.cold_ns << " range " << e.cached.lo() << ' ' << e.cached.hi();
+    out << " cold_ns " << e.model.cold_ns << " cold_next_ns " << e.model.cold_next_ns << " range " << e.cached.lo() << ' ' << e.cached.hi();
     write_breakpoints(out, "cached", e.cached);
     write_breakpoints(out, "cold", e.cold);
     return out.str();
@@ -111,7 +111,11 @@ std::optional<std::pair<std::string, WisdomEntry>> Wisdom::parse(const std::stri
     }
     std::uint64_t lo = 0, hi = 0;
     if (word != "cold_ns" || !(in >> e.model.cold_ns) || !finite_nonnegative(e.model.cold_ns)) return std::nullopt;
-    if (!(in >> word >> lo >> hi) || word != "range" || lo == 0 || hi < lo) return std::nullopt;
+    // cold_next_ns came later: a line without it reads as 0 (each agent at cold_ns).
+    if (!(in >> word)) return std::nullopt;
+    if (word == "cold_next_ns" && (!(in >> e.model.cold_next_ns >> word) || !finite_nonnegative(e.model.cold_next_ns)))
+        return std::nullopt;
+    if (!(in >> lo >> hi) || word != "range" || lo == 0 || hi < lo) return std::nullopt;
     if (!read_breakpoints(in, "cached", lo, hi, e.cached) || !read_breakpoints(in, "cold", lo, hi, e.cold)) return std::nullopt;
     if (in >> word) return std::nullopt; // trailing words: not this format
     return std::pair{std::move(key), std::move(e)};

@@ -74,6 +74,16 @@ TEST_CASE("a fit recovers the per-unit and fixed costs of timed runs beyond the 
     CHECK(f.fixed_ns == Approx(500).epsilon(1e-6));
 }
 
+TEST_CASE("a walk of random hops reaches the expected number of distinct agents", "[unit]") {
+    CHECK(expected_agents(4, 0) == 1);
+    CHECK(expected_agents(4, 1) == 1);
+    CHECK(expected_agents(4, 2) == 2);  // 1.75
+    CHECK(expected_agents(4, 4) == 3);  // 2.73: not all four
+    CHECK(expected_agents(4, 16) == 4); // 3.96
+    CHECK(expected_agents(1, 1000) == 1);
+    CHECK(expected_agents(64, 1u << 20) == 64);
+}
+
 TEST_CASE("a link probed slower than the runs went never makes a strategy cost nothing", "[unit]") {
     // Probed on a loaded host: a 20 µs round trip. The short runs went in 1 µs and the long
     // ones grew 3.5 µs a hop: a line through them gives back more than the round trip.
@@ -103,6 +113,17 @@ TEST_CASE("reship pays a round trip here per crossing, and it wins where agent-t
     // Cold, both pay the code once per agent the walk reaches.
     CHECK(estimate_ns(model, Strategy::reship, w, false) - estimate_ns(model, Strategy::reship, w, true) ==
           Approx(4 * model.cold_ns));
+    // Measured dearer for the agents after the first (their compiles meet the earlier agents'
+    // background recompiles): the first pays cold_ns, the three others cold_next_ns each.
+    auto contended = model;
+    contended.cold_next_ns = 2.5 * model.cold_ns;
+    CHECK(estimate_ns(contended, Strategy::xrdma, w, false) - estimate_ns(contended, Strategy::xrdma, w, true) ==
+          Approx(model.cold_ns + 3 * contended.cold_next_ns));
+    // A walk of one agent (no forward) pays cold_ns alone.
+    const auto one = op.work(1);
+    REQUIRE(one.forwards == 0);
+    CHECK(estimate_ns(contended, Strategy::xrdma, one, false) - estimate_ns(contended, Strategy::xrdma, one, true) ==
+          Approx(model.cold_ns));
     const std::vector<Strategy> both{Strategy::xrdma, Strategy::reship};
     auto near = Breakpoints::compute(model, op, 1, 4096, true, both);
     REQUIRE(near.segments().size() == 1);
@@ -142,6 +163,7 @@ TEST_CASE("wisdom written to a file reads back the same, and lines that do not p
     const auto path = dir / "sub" / "planner.wisdom";
     const std::vector<Strategy> all{kAllStrategies.begin(), kAllStrategies.end()};
     WisdomEntry e{tcp_like().link, tcp_like(), {}, {}};
+    e.model.cold_next_ns = 7'500'000;
     e.cached = Breakpoints::compute(e.model, op, 1, 4096, true, all);
     e.cold = Breakpoints::compute(e.model, op, 1, 4096, false, all);
     {
@@ -176,6 +198,8 @@ TEST_CASE("wisdom written to a file reads back the same, and lines that do not p
     CHECK(back->model.link.rtt_ns == e.model.link.rtt_ns);
     CHECK(back->model.fits[index_of(Strategy::xrdma)].per_unit_ns == e.model.fits[index_of(Strategy::xrdma)].per_unit_ns);
     CHECK(back->model.cold_ns == e.model.cold_ns);
+    CHECK(back->model.cold_next_ns == e.model.cold_next_ns);
+    CHECK(old->model.cold_next_ns == 0); // written before it existed
 
     std::ofstream(dir / "other") << "not wisdom\n";
     auto other = Wisdom::load(dir / "other");
