@@ -67,7 +67,8 @@ struct Planner::Impl {
         };
         std::deque<Late> recent, recent_gets;
         double late_ns = 0;            ///< what the recent remote runs say a call waits (update_lateness)
-        Clock::time_point late_until;  ///< until when that holds
+        double get_late = 1;           ///< meanwhile, the recent GETs' actual ÷ predicted (≥ 1)
+        Clock::time_point late_until;  ///< until when both hold
         bool flagged = false;
     };
 
@@ -142,6 +143,7 @@ struct Planner::Impl {
     /// while kLateRuns of them are still in the window.
     void update_lateness(AgentRecord& rec) const {
         rec.late_ns = 0;
+        rec.get_late = 1;
         const auto now = Clock::now();
         std::vector<double> ratios, excess, get_ratios;
         std::vector<Clock::time_point> times;
@@ -157,6 +159,9 @@ struct Planner::Impl {
         const double get_late = get_ratios.empty() ? 1.0 : std::max(1.0, median(get_ratios));
         if (median(ratios) < options.slow_factor * get_late) return;
         rec.late_ns = std::max(0.0, median(excess));
+        // A GET the owner serves itself (over TCP UCX emulates it in software on the target)
+        // waits for the loaded owner too, less than a remote run: fetching pays that per GET.
+        rec.get_late = get_late;
         // Until fewer than kLateRuns of them are left in the window: the kLateRuns-th newest
         // leaves it then.
         std::nth_element(times.begin(), times.begin() + (kLateRuns - 1), times.end(), std::greater<>());
@@ -166,13 +171,20 @@ struct Planner::Impl {
         const auto now = Clock::now();
         return queue_wait_ns(calls_ahead(now), now);
     }
+    /// While the owner's runs are late (a queue): how late its GETs are too, else 1.
+    [[nodiscard]] double get_late_factor(Clock::time_point now = Clock::now()) const {
+        if (owner_record == nullptr) return 1;
+        const auto& rec = *owner_record;
+        return rec.late_ns > 0 && now < rec.late_until ? rec.get_late : 1;
+    }
 
-    [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, bool* pushed = nullptr) const {
+    [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, bool* pushed = nullptr,
+                                  double get_late = 1) const {
         const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
         Strategy choice = bp.at(size);
         if (wait > 0 && choice != Strategy::get && std::find(st.strategies.begin(), st.strategies.end(), Strategy::get) != st.strategies.end()) {
             const auto work = st.op->work(size);
-            if (estimate_ns(st.entry.model, Strategy::get, work, st.cached) <
+            if (get_late * estimate_ns(st.entry.model, Strategy::get, work, st.cached) <
                 estimate_ns(st.entry.model, choice, work, st.cached, wait)) {
                 choice = Strategy::get;
                 if (pushed != nullptr) *pushed = true;
@@ -507,7 +519,8 @@ Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
 Strategy Planner::choose(const Op& op, std::uint64_t size) const {
     const auto* st = impl_->find(op);
     if (st == nullptr) return Strategy::get;
-    return impl_->choose(*st, size, impl_->queue_wait_ns());
+    const auto wait = impl_->queue_wait_ns();
+    return impl_->choose(*st, size, wait, nullptr, wait > 0 ? impl_->get_late_factor() : 1);
 }
 
 Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
@@ -517,10 +530,17 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
     Plan p;
     p.cached = st->cached;
     p.queue_wait_ns = im.queue_wait_ns();
+    const double get_late = p.queue_wait_ns > 0 ? im.get_late_factor() : 1;
     bool pushed = false;
-    p.choice = im.choose(*st, size, p.queue_wait_ns, &pushed);
+    p.choice = im.choose(*st, size, p.queue_wait_ns, &pushed, get_late);
     const auto work = op.work(size);
-    for (auto s : st->strategies) p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
+    for (auto s : st->strategies) {
+        p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
+        if (s == Strategy::get && get_late > 1) {
+            p.estimates.back().ns *= get_late;
+            p.estimates.back().terms = fmt::format("({}) × {:.2g} late at the loaded owner", p.estimates.back().terms, get_late);
+        }
+    }
     const auto& bp = st->cached ? st->entry.cached : st->entry.cold;
     p.breakpoint = bp.nearest(size);
     // The choice first, then the others cheapest first.
@@ -540,7 +560,8 @@ Result<Bytes> Planner::run(Op& op, std::uint64_t size, Strategy* chosen) {
     const auto* st = im.find(op);
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
     bool pushed = false;
-    const Strategy choice = im.choose(*st, size, im.queue_wait_ns(), &pushed);
+    const double wait = im.queue_wait_ns();
+    const Strategy choice = im.choose(*st, size, wait, &pushed, wait > 0 ? im.get_late_factor() : 1);
     auto r = run_as(op, size, choice);
     if (!r) return tl::make_unexpected(r.error());
     ++im.stats.chosen[index_of(choice)];
