@@ -39,6 +39,17 @@ std::uint64_t runs_seen(Client& client, const Target& t) {
     return test::agent_counters(client, t)["runs"];
 }
 
+/// An agent with one worker and a 4 KiB region "gate" for load_kernels::hold_until_released,
+/// and a client connected to it.
+struct GatedAgent {
+    explicit GatedAgent(const std::string& transport)
+        : agent(transport, {"--workers", "1", "--region", "gate=4K", "--kernel-timeout-ms", "60000"}),
+          client(test::make_client(transport)), target(client.connect(agent.address())) {}
+    launch::AgentProcess agent;
+    Client client;
+    Result<Target> target;
+};
+
 } // namespace
 
 TEST_CASE("the load field packs queued and busy, saturating, and zero reads as idle", "[unit]") {
@@ -73,11 +84,10 @@ TEST_CASE("a busy agent reports its running kernel and its queue in the replies 
           "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO(transport);
-    launch::AgentProcess agent(
-        transport, {"--workers", "1", "--region", "gate=4K", "--kernel-timeout-ms", "60000"});
-    auto client = test::make_client(transport);
-    auto target = client.connect(agent.address());
-    INFO(agent.log());
+    GatedAgent gated(transport);
+    auto& client = gated.client;
+    auto& target = gated.target;
+    INFO(gated.agent.log());
     REQUIRE(target);
     CHECK(client.load(*target).at == std::chrono::steady_clock::time_point{}); // no reply yet
 
@@ -134,11 +144,10 @@ TEST_CASE("a kernel whose last run was long has the engine's thread progress fro
           "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO(transport);
-    launch::AgentProcess agent(
-        transport, {"--workers", "1", "--region", "gate=4K", "--kernel-timeout-ms", "60000"});
-    auto client = test::make_client(transport);
-    auto target = client.connect(agent.address());
-    INFO(agent.log());
+    GatedAgent gated(transport);
+    auto& client = gated.client;
+    auto& target = gated.target;
+    INFO(gated.agent.log());
     REQUIRE(target);
     auto gate = client.region(*target, "gate");
     REQUIRE(gate);
