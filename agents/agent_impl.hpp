@@ -236,7 +236,7 @@ struct Agent::Impl {
     void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code);
     const Region* create_region_from_worker(const char* name, std::size_t size);
     void prepare_ctx(bs_ctx& ctx, const RunRequest& r);
-    void record_run(const RunRequest& r, const Runnable& what, Clock::duration took);
+    void record_run(KernelStats::KernelSlot* stats, const Runnable& what, Clock::duration took);
     void run_kernel(std::shared_ptr<RunRequest> r, Runnable what);
     /// run_guarded, with shipped code bound to the sandbox for the call (kernel_sandbox.hpp).
     std::optional<Error> run_sandboxed(const Runnable& what, bs_ctx& ctx, void (*started)(void*) = nullptr,

@@ -156,9 +156,9 @@ const Region* Agent::Impl::create_region_from_worker(const char* name, std::size
     return result.get();
 }
 
-void Agent::Impl::record_run(const RunRequest& r, const Runnable& what, Clock::duration took) {
-    kernel_stats.on_run(r.run.hash, r.run.entry, static_cast<std::uint64_t>(std::chrono::nanoseconds(took).count()),
-                        what.code.get(), what.code ? static_cast<std::uint64_t>(what.code->stats().total_ms() * 1e6) : 0);
+void Agent::Impl::record_run(KernelStats::KernelSlot* stats, const Runnable& what, Clock::duration took) {
+    kernel_stats.on_run(stats, static_cast<std::uint64_t>(std::chrono::nanoseconds(took).count()), what.code.get(),
+                        what.code ? static_cast<std::uint64_t>(what.code->stats().total_ms() * 1e6) : 0);
 }
 
 void Agent::Impl::prepare_ctx(bs_ctx& ctx, const RunRequest& r) {
@@ -195,9 +195,10 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         // watchdog sees it within Engine::kDeepWait. A kernel whose last run was long wakes the
         // engine's thread to progress while it runs: without that, on TCP an emulated GET of this
         // agent's memory, or a ping, waits for the whole kernel (up to Engine::kTakeover).
-        const bool long_kernel = kernel_stats.last_run_ns(r->run.hash, r->run.entry) >= kLongKernelNs;
+        auto* counted = kernel_stats.slot(r->run.hash, r->run.entry);
+        const bool long_kernel = KernelStats::last_run_ns(counted) >= kLongKernelNs;
         engine->run_released([&] { stopped = run_sandboxed(what, ctx); }, long_kernel);
-        record_run(*r, what, Clock::now() - began);
+        record_run(counted, what, Clock::now() - began);
         ctx.create_region = nullptr;
         finish_kernel(r, what.code, stopped, ctx);
         return;
@@ -207,7 +208,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         prepare_ctx(ctx, *r);
         auto began = Clock::now();
         auto stopped = run_sandboxed(what, ctx, &wake_watchdog, engine.get());
-        record_run(*r, what, Clock::now() - began);
+        record_run(kernel_stats.slot(r->run.hash, r->run.entry), what, Clock::now() - began);
         ctx.create_region = nullptr;
         engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {
             finish_kernel(r, code, stopped, ctx);

@@ -169,9 +169,9 @@ KernelStats::ClientSlot* KernelStats::client_of(std::uint64_t conn) const noexce
     return c && e.conn.load() == conn ? c : other_client_.get();
 }
 
-void KernelStats::on_run(const CodeHash& hash, std::string_view entry, std::uint64_t run_ns, const void* code,
-                         std::uint64_t compile_ns) noexcept {
-    auto* k = kernel(hash, entry);
+KernelStats::KernelSlot* KernelStats::slot(const CodeHash& hash, std::string_view entry) noexcept { return kernel(hash, entry); }
+
+void KernelStats::on_run(KernelSlot* k, std::uint64_t run_ns, const void* code, std::uint64_t compile_ns) noexcept {
     k->run_times.add(run_ns);
     k->last_run_ns.store(run_ns, kRelaxed);
     // A new code object for this kernel: its compile time counts once. The first is the fast
@@ -182,9 +182,7 @@ void KernelStats::on_run(const CodeHash& hash, std::string_view entry, std::uint
     }
 }
 
-std::uint64_t KernelStats::last_run_ns(const CodeHash& hash, std::string_view entry) noexcept {
-    return kernel(hash, entry)->last_run_ns.load(kRelaxed);
-}
+std::uint64_t KernelStats::last_run_ns(const KernelSlot* k) noexcept { return k->last_run_ns.load(kRelaxed); }
 
 void KernelStats::on_answer(const CodeHash& hash, std::string_view entry, std::uint64_t conn, std::size_t bytes_in,
                             const wire::Encoded& answer) noexcept {

@@ -8,7 +8,8 @@
 // (or kMaxClients) further ones are counted together under an "(other)" slot.
 //
 //   stats.on_client(conn, "bench-client");                    // HELLO
-//   stats.on_run(hash, "chase", run_ns, compile_ns);          // a worker, after the kernel ran
+//   auto* k = stats.slot(hash, "chase");                      // a worker, before the kernel runs
+//   stats.on_run(k, run_ns, code, compile_ns);                // after it ran
 //   stats.on_answer(hash, "chase", conn, args_bytes, reply);  // the call's final answer
 //   auto snapshot = stats.snapshot();                         // xctl, metrics
 
@@ -70,12 +71,15 @@ public:
 
     /// A connection said who it is (HELLO). Later answers on `conn` count for `client`.
     void on_client(std::uint64_t conn, std::string_view client);
+    struct KernelSlot;
+    /// One kernel's slot (a table probe; made on the kernel's first call), for on_run and
+    /// last_run_ns. It lives as long as this object.
+    [[nodiscard]] KernelSlot* slot(const CodeHash& hash, std::string_view entry) noexcept;
     /// A kernel ran for `run_ns`; `compile_ns` is its code's first compile (0: native or unknown),
     /// recorded once per code object.
-    void on_run(const CodeHash& hash, std::string_view entry, std::uint64_t run_ns, const void* code,
-                std::uint64_t compile_ns) noexcept;
-    /// How long this kernel's latest run took, in ns (0: it has not run yet). A table probe.
-    [[nodiscard]] std::uint64_t last_run_ns(const CodeHash& hash, std::string_view entry) noexcept;
+    void on_run(KernelSlot* k, std::uint64_t run_ns, const void* code, std::uint64_t compile_ns) noexcept;
+    /// How long this kernel's latest run took, in ns (0: it has not run yet).
+    [[nodiscard]] static std::uint64_t last_run_ns(const KernelSlot* k) noexcept;
     /// The final answer of a call on connection `conn`: a RESULT (bytes out) or an ERROR (its code).
     void on_answer(const CodeHash& hash, std::string_view entry, std::uint64_t conn, std::size_t bytes_in,
                    const wire::Encoded& answer) noexcept;
@@ -86,7 +90,6 @@ public:
     /// Calls answered, over all kernels.
     [[nodiscard]] std::uint64_t total_calls() const noexcept;
 
-    struct KernelSlot;
     struct ClientSlot;
 
 private:

@@ -178,13 +178,12 @@ struct Planner::Impl {
         return rec.late_ns > 0 && now < rec.late_until ? rec.get_late : 1;
     }
 
-    [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, bool* pushed = nullptr,
-                                  double get_late = 1) const {
+    [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, bool* pushed = nullptr) const {
         const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
         Strategy choice = bp.at(size);
         if (wait > 0 && choice != Strategy::get && std::find(st.strategies.begin(), st.strategies.end(), Strategy::get) != st.strategies.end()) {
             const auto work = st.op->work(size);
-            if (get_late * estimate_ns(st.entry.model, Strategy::get, work, st.cached) <
+            if (get_late_factor() * estimate_ns(st.entry.model, Strategy::get, work, st.cached) <
                 estimate_ns(st.entry.model, choice, work, st.cached, wait)) {
                 choice = Strategy::get;
                 if (pushed != nullptr) *pushed = true;
@@ -519,8 +518,7 @@ Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
 Strategy Planner::choose(const Op& op, std::uint64_t size) const {
     const auto* st = impl_->find(op);
     if (st == nullptr) return Strategy::get;
-    const auto wait = impl_->queue_wait_ns();
-    return impl_->choose(*st, size, wait, nullptr, wait > 0 ? impl_->get_late_factor() : 1);
+    return impl_->choose(*st, size, impl_->queue_wait_ns());
 }
 
 Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
@@ -532,7 +530,7 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
     p.queue_wait_ns = im.queue_wait_ns();
     const double get_late = p.queue_wait_ns > 0 ? im.get_late_factor() : 1;
     bool pushed = false;
-    p.choice = im.choose(*st, size, p.queue_wait_ns, &pushed, get_late);
+    p.choice = im.choose(*st, size, p.queue_wait_ns, &pushed);
     const auto work = op.work(size);
     for (auto s : st->strategies) {
         p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
@@ -560,8 +558,7 @@ Result<Bytes> Planner::run(Op& op, std::uint64_t size, Strategy* chosen) {
     const auto* st = im.find(op);
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
     bool pushed = false;
-    const double wait = im.queue_wait_ns();
-    const Strategy choice = im.choose(*st, size, wait, &pushed, wait > 0 ? im.get_late_factor() : 1);
+    const Strategy choice = im.choose(*st, size, im.queue_wait_ns(), &pushed);
     auto r = run_as(op, size, choice);
     if (!r) return tl::make_unexpected(r.error());
     ++im.stats.chosen[index_of(choice)];
