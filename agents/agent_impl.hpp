@@ -108,7 +108,7 @@ struct Link {
     X(forwards) X(forwards_local) X(code_forwarded) X(native_runs) X(unauthorized)                  \
     X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
     X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)                         \
-    X(window_args) X(window_results)
+    X(window_args) X(window_results) X(partial_compiles) X(left_out_calls)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};
@@ -232,6 +232,9 @@ struct Agent::Impl {
     // it offered one that holds it, else in the message.
     void answer_result(const RunRequest& r, std::vector<std::byte>&& reply);
     void on_run(std::shared_ptr<RunRequest> r);
+    /// Queues `r` behind the compile of its hash under way, or starts one: of `held`'s slice
+    /// when given (code that left r's kernel out), else of the code r carries, else from disk.
+    void start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> held);
     void on_compiled(const CodeHash& hash, Result<std::shared_ptr<const jit::CompiledCode>> code);
     void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code);
     const Region* create_region_from_worker(const char* name, std::size_t size);

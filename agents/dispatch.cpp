@@ -100,11 +100,20 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
         counters.code_received.fetch_add(1, std::memory_order_relaxed);
         counters.code_bytes_received.fetch_add(r->run.code.size(), std::memory_order_relaxed);
     }
+    start_compile(std::move(r), nullptr);
+}
+
+void Agent::Impl::start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> held) {
     auto hash = r->run.hash;
-    compiling[hash].push_back(r);
-    // Compiling takes milliseconds: it runs as a job, never while progressing UCX.
-    bool queued = pool->submit([this, r, has_code] {
-        auto code = has_code ? jit->compile(r->run.code, r->run.hash) : jit->load(r->run.hash);
+    auto [waiting, first] = compiling.try_emplace(hash);
+    waiting->second.push_back(r);
+    if (!first) return; // it runs on the code of the compile under way
+    // Compiling takes milliseconds: it runs as a job, never while progressing UCX. The call's
+    // entry goes with it: a first compile makes that kernel alone (Jit::compile).
+    bool queued = pool->submit([this, r, held = std::move(held)] {
+        auto code = held                   ? jit->compile(held->bundle(), r->run.hash, r->run.entry)
+                    : !r->run.code.empty() ? jit->compile(r->run.code, r->run.hash, r->run.entry)
+                                           : jit->load(r->run.hash);
         engine->post([this, hash = r->run.hash, code = std::move(code)]() mutable { on_compiled(hash, std::move(code)); });
     });
     if (!queued) on_compiled(hash, fail(Errc::shutting_down, "agent is shutting down"));
@@ -120,6 +129,7 @@ void Agent::Impl::on_compiled(const CodeHash& hash, Result<std::shared_ptr<const
         return;
     }
     counters.compiles.fetch_add(1, std::memory_order_relaxed);
+    if ((*code)->partial()) counters.partial_compiles.fetch_add(1, std::memory_order_relaxed);
     const auto& s = (*code)->stats();
     if (s.from_disk) counters.disk_loads.fetch_add(1, std::memory_order_relaxed);
     auto ns = [](double ms) { return static_cast<std::uint64_t>(ms * 1e6); };
@@ -138,6 +148,12 @@ void Agent::Impl::on_compiled(const CodeHash& hash, Result<std::shared_ptr<const
 void Agent::Impl::run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code) {
     auto fn = code->entry(r->run.entry);
     if (!fn) {
+        // The tier 0 made for another kernel of the slice: the slice is compiled whole.
+        if (code->left_out(r->run.entry)) {
+            counters.left_out_calls.fetch_add(1, std::memory_order_relaxed);
+            start_compile(std::move(r), std::move(code));
+            return;
+        }
         answer_error(*r, fn.error());
         return;
     }

@@ -122,10 +122,21 @@ std::shared_ptr<const CompiledCode> CodeCache::find(const CodeHash& hash) const 
     return it->second.code;
 }
 
+namespace {
+/// A higher tier, or the whole slice where `held` is a part of it at the same tier.
+bool better(const CompiledCode& code, const CompiledCode& held) {
+    const unsigned tier = code.stats().tier, held_tier = held.stats().tier;
+    return tier > held_tier || (tier == held_tier && held.partial() && !code.partial());
+}
+} // namespace
+
 std::shared_ptr<const CompiledCode> CodeCache::insert(std::shared_ptr<const CompiledCode> code) {
     std::unique_lock lock(mutex_);
     auto [it, added] = memory_.try_emplace(code->hash());
-    if (!added) return it->second.code;
+    if (!added) {
+        if (!better(*code, *it->second.code)) return it->second.code;
+        memory_bytes_ -= it->second.code->code_bytes();
+    }
     it->second.code = std::move(code);
     it->second.last_use.store(coarse_now_ns(), std::memory_order_relaxed);
     memory_bytes_ += it->second.code->code_bytes();
@@ -136,7 +147,7 @@ std::shared_ptr<const CompiledCode> CodeCache::insert(std::shared_ptr<const Comp
 bool CodeCache::upgrade(std::shared_ptr<const CompiledCode> code) {
     std::unique_lock lock(mutex_);
     auto it = memory_.find(code->hash());
-    if (it == memory_.end() || it->second.code->stats().tier >= code->stats().tier) return false;
+    if (it == memory_.end() || !better(*code, *it->second.code)) return false;
     memory_bytes_ -= it->second.code->code_bytes();
     memory_bytes_ += code->code_bytes();
     // The old tier stays loaded while a caller holds it; its last holder unloads it.

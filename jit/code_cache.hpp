@@ -41,10 +41,12 @@ public:
 
     /// The code held for `hash`, or nullptr; marks it used. A shared lock only.
     [[nodiscard]] std::shared_ptr<const CompiledCode> find(const CodeHash& hash) const;
-    /// Keeps `code` under its hash; when that hash is already held, returns the one held. Then
-    /// evicts the least recently used code no one else holds until the cap is met again.
+    /// Keeps `code` under its hash; when that hash is already held, returns the one held,
+    /// unless `code` is better (upgrade()), which then replaces it. Then evicts the least
+    /// recently used code no one else holds until the cap is met again.
     std::shared_ptr<const CompiledCode> insert(std::shared_ptr<const CompiledCode> code);
-    /// Replaces the code held for `code`'s hash when the one held is of a lower tier. False
+    /// Replaces the code held for `code`'s hash when the one held is of a lower tier, or of the
+    /// same tier and only part of the slice (CompiledCode::partial) where `code` is whole. False
     /// (and nothing changes) when the hash is not held (evicted meanwhile) or already as good.
     bool upgrade(std::shared_ptr<const CompiledCode> code);
     /// The tier held for `hash`, without marking it used; nullopt when none is held.

@@ -32,6 +32,7 @@
 #include "allow_list.hpp"
 #include "call_guard.hpp"
 #include "code_policy.hpp"
+#include "entry_closure.hpp"
 #include "llvm_error.hpp"
 #include "optimise.hpp"
 #include "sfi_pass.hpp"
@@ -135,7 +136,8 @@ Result<std::unique_ptr<InProcessCompiler>> InProcessCompiler::create(SymbolNames
     return std::unique_ptr<InProcessCompiler>(new InProcessCompiler(std::move(state)));
 }
 
-Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier) {
+Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
+                                                  std::string_view only) {
     State& st = *state_;
     CompiledObject out;
     CompileStats& stats = out.stats;
@@ -196,6 +198,9 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
     if (auto allowed = AllowList::check(*module, [&](std::string_view name) { return st.allowed.contains(name); });
         !allowed)
         return tl::make_unexpected(allowed.error());
+    // Tier 0 for one call: that entry and what it reaches; the rest waits for tier 1 (or for
+    // a call to one of them).
+    if (!only.empty() && tier == Tier::fast) out.left_out = keep_only_entry(*module, only, view->entries);
     guard_indirect_calls(*module);
 
     // The bundle's entries this module defines (and exports); the others fail later, in

@@ -36,7 +36,8 @@ public:
     InProcessCompiler(const InProcessCompiler&) = delete;
     InProcessCompiler& operator=(const InProcessCompiler&) = delete;
 
-    Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier) override;
+    Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
+                                   std::string_view only = {}) override;
 
     struct State;
 

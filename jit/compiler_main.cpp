@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
         if (auto fault = fault_asked(request->bundle); !fault.empty()) misbehave(fault);
         std::vector<std::byte> reply;
         try {
-            auto made = (*compiler)->compile(request->bundle, request->expected, request->tier);
+            auto made = (*compiler)->compile(request->bundle, request->expected, request->tier, request->only);
             reply = made ? proto::encode(proto::CompileReply{request->id, std::move(*made)})
                          : proto::encode(proto::CompileFailure{request->id, made.error(), false});
         } catch (const std::bad_alloc&) {

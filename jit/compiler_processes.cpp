@@ -304,7 +304,8 @@ Result<std::unique_ptr<CompilerProcesses>> CompilerProcesses::start(CompilerProc
     return std::unique_ptr<CompilerProcesses>(new CompilerProcesses(std::move(state)));
 }
 
-Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier) {
+Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
+                                                  std::string_view only) {
     State& st = *state_;
     const std::string hex = to_hex(expected, kHashDigitsInMessages);
     if (bundle.size() > proto::kMaxRequestFrame - 64)
@@ -322,7 +323,7 @@ Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bun
         std::lock_guard lock(st.mutex);
         id = st.next_id++;
     }
-    const auto request = proto::encode(proto::CompileRequest{id, tier, expected, bundle});
+    const auto request = proto::encode(proto::CompileRequest{id, tier, expected, bundle, only});
     std::optional<std::chrono::nanoseconds> cpu_at_start;
     // 1. A live, ready process takes the request. One that turns out dead before it has read a
     //    byte of it (killed while idle) is replaced and the request sent again, once.

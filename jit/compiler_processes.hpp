@@ -52,7 +52,8 @@ public:
     CompilerProcesses(const CompilerProcesses&) = delete;
     CompilerProcesses& operator=(const CompilerProcesses&) = delete;
 
-    Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier) override;
+    Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
+                                   std::string_view only = {}) override;
 
     struct State;
 

@@ -79,6 +79,7 @@ std::vector<std::byte> encode(const CompileRequest& m) {
     auto w = start(Type::compile);
     w.u64(m.id);
     w.u8(static_cast<std::uint8_t>(m.tier));
+    w.str16(m.only);
     w.raw(std::as_bytes(std::span(m.expected)));
     w.blob32(m.bundle);
     return std::move(w).take();
@@ -91,6 +92,8 @@ std::vector<std::byte> encode(const CompileReply& m) {
     for (double v : {s.verify_ms, s.parse_ms, s.optimise_ms, s.codegen_ms}) put_f64(w, v);
     w.u32(static_cast<std::uint32_t>(m.made.entries.size()));
     for (const auto& e : m.made.entries) w.str16(e);
+    w.u32(static_cast<std::uint32_t>(m.made.left_out.size()));
+    for (const auto& e : m.made.left_out) w.str16(e);
     w.blob32(m.made.slice_bundle);
     w.blob32(m.made.object);
     return std::move(w).take();
@@ -159,13 +162,15 @@ Result<CompileRequest> decode_compile(std::span<const std::byte> payload) {
     CompileRequest m;
     auto id = r->u64();
     auto tier = r->u8();
+    auto only = r->str16();
     auto hash = r->bytes(m.expected.size());
     auto bundle = r->blob32();
-    if (!id || !tier || !hash || !bundle) return tl::make_unexpected(malformed("truncated COMPILE"));
+    if (!id || !tier || !only || !hash || !bundle) return tl::make_unexpected(malformed("truncated COMPILE"));
     if (*tier > static_cast<std::uint8_t>(Tier::optimised)) return tl::make_unexpected(malformed(fmt::format("tier {}", *tier)));
     if (auto end = at_end(*r, "COMPILE"); !end) return tl::make_unexpected(end.error());
     m.id = *id;
     m.tier = static_cast<Tier>(*tier);
+    m.only = *only;
     std::memcpy(m.expected.data(), hash->data(), m.expected.size());
     m.bundle = *bundle;
     return m;
@@ -192,6 +197,14 @@ Result<CompileReply> decode_compiled(std::span<const std::byte> payload) {
         auto e = r->str16();
         if (!e || e->empty()) return tl::make_unexpected(malformed("an entry name in COMPILED"));
         m.made.entries.emplace_back(*e);
+    }
+    auto left_out = r->u32();
+    if (!left_out || *left_out > kMaxEntries || *left_out > r->remaining() / 2)
+        return tl::make_unexpected(malformed("COMPILED's left-out entry count"));
+    for (std::uint32_t i = 0; i < *left_out; ++i) {
+        auto e = r->str16();
+        if (!e || e->empty()) return tl::make_unexpected(malformed("a left-out entry name in COMPILED"));
+        m.made.left_out.emplace_back(*e);
     }
     auto slice = r->blob32();
     auto object = r->blob32();

@@ -7,8 +7,8 @@
 //   agent                                   compiler
 //   HELLO {version, opt level, sandbox, names}  ──►  initialise LLVM, warm up, confine (seccomp)
 //                                      ◄──  READY {confined, why not}
-//   COMPILE {id, tier, hash, bundle}   ──►  parse, verify, policy, optimise, codegen
-//                                      ◄──  COMPILED {id, stats, entries, slice, object}
+//   COMPILE {id, tier, only, hash, bundle}  ──►  parse, verify, policy, optimise, codegen
+//                                      ◄──  COMPILED {id, stats, entries, left out, slice, object}
 //                                           or FAILED {id, code, message, fatal}
 // A FAILED marked fatal (LLVM's fatal-error or out-of-memory handler) is the compiler's last
 // word: it exits right after.
@@ -29,8 +29,9 @@
 
 namespace bitship::jit::compiler_protocol {
 
-/// 2: HELLO carries the sandbox mode.
-inline constexpr std::uint32_t kVersion = 2;
+/// 2: HELLO carries the sandbox mode. 3: COMPILE names the one entry to compile, COMPILED the
+/// entries it left out.
+inline constexpr std::uint32_t kVersion = 3;
 /// Caps on one frame: a request carries a bundle (the agent's own message cap applies first);
 /// a reply an object. Anything longer is refused before a byte of it is allocated.
 inline constexpr std::uint32_t kMaxRequestFrame = 1u << 30;
@@ -59,6 +60,7 @@ struct CompileRequest {
     Tier tier = Tier::fast;
     CodeHash expected{};
     std::span<const std::byte> bundle; ///< points into the decoded frame
+    std::string_view only; ///< the one entry to compile (ObjectCompiler::compile); points into the frame
 };
 
 struct CompileReply {

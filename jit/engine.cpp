@@ -155,12 +155,13 @@ void Engine::unload(llvm::orc::JITDylib& dylib) noexcept {
 }
 
 Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
-                                      bool keep_object) {
+                                      bool keep_object, std::string_view only) {
     // 1-7. Bundle checks, parse, verify, policy, allow-list, retarget, optimise, codegen: the
     //      ObjectCompiler's (compile_to_object.cpp), in a compiler process by default.
-    auto made = state_->compiler->compile(bundle, expected, tier);
+    auto made = state_->compiler->compile(bundle, expected, tier, only);
     if (!made) return tl::make_unexpected(made.error());
     CompiledParts parts;
+    parts.left_out = std::move(made->left_out);
     parts.stats = made->stats;
     parts.stats.tier = static_cast<unsigned>(tier);
     const std::string hex = to_hex(expected, kHashDigitsInMessages);

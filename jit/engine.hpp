@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <bitship/bundle.hpp>
@@ -36,6 +37,7 @@ namespace bitship::jit {
 struct CompiledParts {
     llvm::orc::JITDylib* dylib = nullptr; ///< holds the code; give it back with Engine::unload
     std::map<std::string, bs_entry_fn, std::less<>> entries; ///< the bundle's entries it defines
+    std::vector<std::string> left_out; ///< the slice's entries a compile for one entry left out
     CompileStats stats;
     std::vector<std::byte> bundle; ///< the single-slice bundle it was compiled from
     std::vector<std::byte> object; ///< the object code linked, when asked to keep it
@@ -56,10 +58,11 @@ public:
 
     /// Has the ObjectCompiler check, retarget, optimise (at `tier`) and generate the slice of
     /// `bundle` whose hash is `expected` (the steps and errors of Jit::compile), and links the
-    /// object. Keeps the object code in the result when `keep_object`. Thread-safe. On failure
-    /// nothing of the slice stays loaded.
+    /// object; at Tier::fast with `only`, just that entry where it can (ObjectCompiler::compile).
+    /// Keeps the object code in the result when `keep_object`. Thread-safe. On failure nothing
+    /// of the slice stays loaded.
     Result<CompiledParts> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
-                                  bool keep_object = false);
+                                  bool keep_object = false, std::string_view only = {});
 
     /// Links `object` (made by compile() at Tier::optimised on this host, see object_file.hpp)
     /// and resolves `entries`. `bundle` is the slice it came from, kept for forwarding.

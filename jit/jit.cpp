@@ -38,7 +38,9 @@ public:
     /// `engine` is shared by every CompiledSlice and the Jit: the slice's code is unloaded
     /// through it, and a slice may outlive the Jit that made it.
     CompiledSlice(std::shared_ptr<Engine> engine, CompiledParts parts, const CodeHash& hash)
-        : engine_(std::move(engine)), parts_(std::move(parts)), hash_(hash) {}
+        : engine_(std::move(engine)), parts_(std::move(parts)), hash_(hash) {
+        std::sort(parts_.left_out.begin(), parts_.left_out.end());
+    }
 
     ~CompiledSlice() override { engine_->unload(*parts_.dylib); }
     CompiledSlice(const CompiledSlice&) = delete;
@@ -51,6 +53,10 @@ public:
                         fmt::format("slice {} has no kernel '{}'", to_hex(hash_, kHashDigitsInMessages), name));
         return it->second;
     }
+    bool left_out(std::string_view name) const override {
+        return std::binary_search(parts_.left_out.begin(), parts_.left_out.end(), name);
+    }
+    bool partial() const override { return !parts_.left_out.empty(); }
     const CodeHash& hash() const override { return hash_; }
     const CompileStats& stats() const override { return parts_.stats; }
     const std::vector<std::byte>& bundle() const override { return parts_.bundle; }
@@ -92,11 +98,11 @@ public:
     JitImpl(const JitImpl&) = delete;
     JitImpl& operator=(const JitImpl&) = delete;
 
-    CodeResult compile(std::span<const std::byte> bundle, const CodeHash& expected) override {
-        return compile_once(expected, [&]() -> CodeResult {
+    CodeResult compile(std::span<const std::byte> bundle, const CodeHash& expected, std::string_view entry) override {
+        return compile_once(expected, entry, [&]() -> CodeResult {
             // A restarted agent that a client sends the code again: its object is still best.
             if (auto code = from_object(expected)) return code;
-            return from_bundle(bundle, expected, false);
+            return from_bundle(bundle, expected, false, entry);
         });
     }
 
@@ -116,7 +122,7 @@ public:
     bool on_disk(const CodeHash& hash) const override { return cache_->on_disk(hash); }
 
     CodeResult load(const CodeHash& hash) override {
-        return compile_once(hash, [&] { return from_disk(hash); });
+        return compile_once(hash, {}, [&] { return from_disk(hash); });
     }
 
     Result<void> warm_up() override { return engine_->warm_up(); }
@@ -145,13 +151,19 @@ public:
 
 private:
     /// Compiles each hash once: a thread asking for a hash that another is compiling waits
-    /// for, and returns, that one's result. `make` puts its code into the memory cache.
-    template <class Make> CodeResult compile_once(const CodeHash& expected, Make make) {
-        if (auto code = cache_->find(expected)) return code;
+    /// for, and returns, that one's result (which may leave `entry` out: the caller asks
+    /// again). The code cached is enough unless it leaves `entry` out. `make` puts its code
+    /// into the memory cache.
+    template <class Make> CodeResult compile_once(const CodeHash& expected, std::string_view entry, Make make) {
+        auto cached_enough = [&] {
+            auto code = cache_->find(expected);
+            return code && !code->left_out(entry) ? code : nullptr;
+        };
+        if (auto code = cached_enough()) return code;
         std::promise<CodeResult> promise;
         {
             std::unique_lock lock(in_flight_mutex_);
-            if (auto code = cache_->find(expected)) return code; // finished meanwhile
+            if (auto code = cached_enough()) return code; // finished meanwhile
             if (auto it = in_flight_.find(expected); it != in_flight_.end()) {
                 auto pending = it->second;
                 lock.unlock();
@@ -177,16 +189,20 @@ private:
         return result;
     }
 
-    /// The first compile of a hash: tier 0 with tier 1 queued behind it, or tier 1 at once.
-    CodeResult from_bundle(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk) {
+    /// The first compile of a hash: tier 0 (for `entry` alone where it can) with tier 1 queued
+    /// behind it, or tier 1 at once. When a tier 0 that left `entry` out is held, the whole
+    /// slice at tier 0, replacing it.
+    CodeResult from_bundle(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk,
+                           std::string_view entry = {}) {
         const Tier tier = tier_up_ ? Tier::fast : Tier::optimised;
-        auto built = build(bundle, expected, tier, from_disk);
+        const bool completing = cache_->find(expected) != nullptr;
+        auto built = build(bundle, expected, tier, from_disk, completing ? std::string_view{} : entry);
         if (!built) return tl::make_unexpected(built.error());
         auto code = cache_->insert(built->code);
         if (tier == Tier::optimised) {
             if (!from_disk) keep_on_disk(expected, DiskFile::bundle, code->bundle());
             keep_object(expected, *built);
-        } else {
+        } else if (!completing) {
             // The first call waits for this compile, not for the slice's copy on disk (a file
             // write costs 0.1-0.3 ms here): that is written behind it, and before the agent stops.
             if (!from_disk && cache_->has_dir())
@@ -275,9 +291,10 @@ private:
         keep_object(hash, *built);
     }
 
-    Result<Built> build(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier, bool from_disk) {
+    Result<Built> build(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier, bool from_disk,
+                        std::string_view only = {}) {
         const bool keep = tier == Tier::optimised && cache_->has_dir();
-        auto parts = engine_->compile(bundle, expected, tier, keep);
+        auto parts = engine_->compile(bundle, expected, tier, keep, only);
         if (!parts) return tl::make_unexpected(parts.error());
         parts->stats.from_disk = from_disk;
         Built out;

@@ -153,6 +153,12 @@ public:
     virtual ~CompiledCode() = default;
     /// The address of kernel `name`, or entry_not_found naming it.
     [[nodiscard]] virtual Result<bs_entry_fn> entry(std::string_view name) const = 0;
+    /// Whether kernel `name` is in the slice but not in this code: the tier-0 compile for a
+    /// slice's first call holds only the kernel that call named and what it reaches (see
+    /// Jit::compile). To run it, compile the slice again naming it.
+    [[nodiscard]] virtual bool left_out(std::string_view name) const = 0;
+    /// Whether some of the slice's kernels are left out of this code.
+    [[nodiscard]] virtual bool partial() const = 0;
     [[nodiscard]] virtual const CodeHash& hash() const = 0;
     [[nodiscard]] virtual const CompileStats& stats() const = 0;
     /// The single-slice bundle this was compiled from: what an agent forwards to a peer.
@@ -179,12 +185,16 @@ public:
     virtual ~Jit() = default;
 
     /// Compiles `bundle` (usually holding just the slice for this host) and caches it under
-    /// `expected`: at tier 0 when tiering is on (tier 1 follows in the background). Errors:
+    /// `expected`: at tier 0 when tiering is on (tier 1 follows in the background). With
+    /// `entry` (the kernel the call that brought it names), that tier-0 compile holds only
+    /// that kernel and what it reaches, unless the slice defines a writable global (which two
+    /// compiles would each hold a copy of); a later compile naming a kernel left out makes the
+    /// whole slice at tier 0 and replaces it, unless tier 1 is there first. Errors:
     /// malformed_bundle (also: no slice hashes to `expected`), no_matching_slice (names the bundle's triples and this host's), producer_too_new (names
     /// both versions), invalid_bitcode, unresolved_symbol (names every missing symbol),
     /// compile_failed. Compiling a hash already cached returns the cached code.
     virtual Result<std::shared_ptr<const CompiledCode>> compile(std::span<const std::byte> bundle,
-                                                               const CodeHash& expected) = 0;
+                                                               const CodeHash& expected, std::string_view entry = {}) = 0;
 
     /// The best cached code for `hash` from memory (tier 1 once it is ready), or nullptr.
     /// Never touches the disk; a shared lock and a map lookup. Code a caller holds stays

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <bitship/bundle.hpp>
@@ -26,6 +27,9 @@ enum class Tier : unsigned { fast = 0, optimised = 1 };
 struct CompiledObject {
     std::vector<std::byte> object;    ///< ELF relocatable object code for this host
     std::vector<std::string> entries; ///< the bundle's entries the module defines (and exports)
+    /// The bundle's entries the slice defines that this object leaves out (a compile for one
+    /// entry, entry_closure.hpp); empty when it holds the whole slice.
+    std::vector<std::string> left_out;
     /// The single-slice bundle the object was made from; empty when the request's bundle was
     /// that already (the caller then keeps its own bytes).
     std::vector<std::byte> slice_bundle;
@@ -35,10 +39,13 @@ struct CompiledObject {
 class ObjectCompiler {
 public:
     virtual ~ObjectCompiler() = default;
-    /// The slice of `bundle` hashing to `expected`, compiled at `tier`. Errors: those of
+    /// The slice of `bundle` hashing to `expected`, compiled at `tier`. With `only` at
+    /// Tier::fast, just that entry and what it reaches where the slice allows it
+    /// (keep_only_entry); the whole slice is checked either way. Errors: those of
     /// Jit::compile, plus compile_failed naming what stopped a compiler process (a signal, a
     /// limit). Thread-safe.
-    virtual Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier) = 0;
+    virtual Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
+                                           std::string_view only = {}) = 0;
 };
 
 } // namespace bitship::jit

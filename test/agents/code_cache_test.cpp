@@ -151,3 +151,39 @@ TEST_CASE("a restarted agent links the optimised object from its disk cache, com
     }
     std::filesystem::remove_all(cache);
 }
+
+TEST_CASE("first calls to three kernels of one bundle: the first compile holds one, the slice is then compiled whole once",
+          "[integration]") {
+    auto tl = GENERATE(as<std::string>{}, "tcp", "shm");
+    AgentProcess agent(tl);
+    auto client = make_client(tl);
+    auto target = client.connect(agent.address());
+    INFO(agent.log());
+    REQUIRE(target);
+    // Sent together: the later calls arrive while the first one's compile runs, or just after
+    // it (each may have to send the code first), long before tier 1 is in. They find their
+    // kernels left out and share one compile of the whole slice.
+    auto sum = client.ship(behaviour_kernels::add, *target, std::uint64_t{40}, std::uint64_t{2});
+    auto square = client.ship(behaviour_kernels::apply, *target, std::uint64_t{1}, std::uint64_t{9});
+    auto echoed = client.ship(behaviour_kernels::echo, *target, std::uint64_t{77});
+    auto s = sum.get_as<std::uint64_t>();
+    auto q = square.get_as<std::uint64_t>();
+    auto e = echoed.get_as<std::uint64_t>();
+    REQUIRE(s);
+    REQUIRE(q);
+    REQUIRE(e);
+    CHECK(*s == 42);
+    CHECK(*q == 81);
+    CHECK(*e == 77);
+    auto c = agent_counters(client, *target);
+    CHECK(c["compile_failures"] == 0);
+    CHECK(c["partial_compiles"] == 1);
+    CHECK(c["left_out_calls"] >= 1);
+    CHECK(c["left_out_calls"] <= 2);
+    CHECK(c["compiles"] == 2);
+    // Every kernel of the slice answers from then on, whichever tier is in.
+    auto twice = client.ship(behaviour_kernels::apply, *target, std::uint64_t{0}, std::uint64_t{21}).get_as<std::uint64_t>();
+    REQUIRE(twice);
+    CHECK(*twice == 42);
+    CHECK(agent_counters(client, *target)["compiles"] == 2);
+}

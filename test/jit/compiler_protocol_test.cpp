@@ -32,6 +32,7 @@ proto::CompileReply sample_reply() {
     proto::CompileReply r;
     r.id = 7;
     r.made.entries = {"add", "sub"};
+    r.made.left_out = {"mul"};
     r.made.object = {std::byte{0x7f}, std::byte{'E'}, std::byte{'L'}, std::byte{'F'}};
     r.made.stats.verify_ms = 0.5;
     r.made.stats.codegen_ms = 1.25;
@@ -50,10 +51,11 @@ TEST_CASE("every compiler protocol message decodes to what was encoded", "[unit]
     CodeHash h{};
     h.fill(0xab);
     const std::vector<std::byte> bundle(100, std::byte{1});
-    auto request_bytes = proto::encode(proto::CompileRequest{42, jit::Tier::optimised, h, bundle});
+    auto request_bytes = proto::encode(proto::CompileRequest{42, jit::Tier::optimised, h, bundle, "add"});
     auto request = proto::decode_compile(request_bytes);
     REQUIRE(request);
     CHECK(request->id == 42);
+    CHECK(request->only == "add");
     CHECK(request->tier == jit::Tier::optimised);
     CHECK(request->expected == h);
     CHECK(std::equal(request->bundle.begin(), request->bundle.end(), bundle.begin(), bundle.end()));
@@ -62,6 +64,7 @@ TEST_CASE("every compiler protocol message decodes to what was encoded", "[unit]
     REQUIRE(reply);
     CHECK(reply->id == 7);
     CHECK(reply->made.entries == std::vector<std::string>{"add", "sub"});
+    CHECK(reply->made.left_out == std::vector<std::string>{"mul"});
     CHECK(reply->made.object.size() == 4);
     CHECK(reply->made.stats.codegen_ms == 1.25);
 
@@ -88,6 +91,20 @@ TEST_CASE("a hostile compiler reply is refused as malformed, whatever part of it
         auto r = proto::decode_compiled(bad);
         REQUIRE_FALSE(r);
         CHECK(r.error().code == Errc::malformed_message);
+    }
+    SECTION("a left-out count the payload cannot hold") {
+        auto bad = good;
+        const std::uint32_t huge = 0xffffffffu;
+        // After the stage times, the entry count and the two entries ("add", "sub": 2 + 3 bytes each).
+        std::memcpy(bad.data() + 1 + 8 + 4 * 8 + 4 + 2 * (2 + 3), &huge, sizeof huge);
+        auto r = proto::decode_compiled(bad);
+        REQUIRE_FALSE(r);
+        CHECK(r.error().code == Errc::malformed_message);
+    }
+    SECTION("an empty left-out name") {
+        auto reply = sample_reply();
+        reply.made.left_out = {""};
+        CHECK_FALSE(proto::decode_compiled(proto::encode(reply)));
     }
     SECTION("a stage time that is not a finite, sane number") {
         auto bad = good;

@@ -91,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (auto view = bitship::BundleView::parse(m->bundle))
             for (const auto& s : view->slices) (void)bitship::normalise_triple(s.triple);
         const auto sandbox = (m->id & 1) != 0 ? bitship::jit::Sandbox::sfi : bitship::jit::Sandbox::none;
-        if (auto* compiler = llvm_compiler(sandbox)) (void)compiler->compile(m->bundle, m->expected, m->tier);
+        if (auto* compiler = llvm_compiler(sandbox)) (void)compiler->compile(m->bundle, m->expected, m->tier, m->only);
         break;
     }
     }

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <latch>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -186,6 +187,100 @@ TEST_CASE("a new hash runs at tier 0 at once, and tier 1 is swapped in for later
     CHECK(listed[0].code_bytes > 0);
     CHECK(listed[0].code_bytes == best->code_bytes());
     CHECK(listed[0].in_use); // `best` holds it
+}
+
+namespace {
+/// Runs kernel `name` of `code` on x; nullopt when it does not answer 8 bytes.
+std::optional<std::uint64_t> run_u64(const jit::CompiledCode& code, std::string_view name, std::uint64_t x) {
+    auto fn = code.entry(name);
+    REQUIRE(fn);
+    auto ctx = call(*fn, std::as_bytes(std::span(&x, 1)));
+    return reply_u64(ctx);
+}
+
+const std::vector<std::string> kParts{"twice", "thrice", "lonely"};
+
+/// The checks of a first compile for `thrice` alone, then of a call to `twice`, on `j`.
+void first_compile_holds_one_kernel(jit::Jit& j) {
+    auto bundle = kernel_bundle("parts", kParts);
+    auto first = j.compile(bundle.bytes, bundle.hash, "thrice");
+    REQUIRE(first);
+    const auto& part = **first;
+    CHECK(part.stats().tier == 0);
+    CHECK(part.partial());
+    // What `thrice` reaches only through its constant table of function pointers came along.
+    CHECK(run_u64(part, "thrice", 5) == 15);
+    CHECK(part.left_out("twice"));
+    CHECK(part.left_out("lonely"));
+    CHECK_FALSE(part.left_out("thrice"));
+    CHECK_FALSE(part.left_out("no_such_kernel"));
+    auto missing = part.entry("twice");
+    REQUIRE_FALSE(missing);
+    CHECK(missing.error().code == Errc::entry_not_found);
+
+    // A call to a kernel left out: the whole slice (at tier 0, or tier 1 if that came first).
+    auto whole = j.compile(bundle.bytes, bundle.hash, "twice");
+    REQUIRE(whole);
+    CHECK_FALSE((*whole)->partial());
+    CHECK(run_u64(**whole, "twice", 5) == 10);
+    CHECK(run_u64(**whole, "thrice", 5) == 15);
+    CHECK(run_u64(**whole, "lonely", 0) == 7);
+    CHECK(j.find(bundle.hash).get() == whole->get());
+    // The part stays loaded while held.
+    CHECK(run_u64(part, "thrice", 2) == 6);
+
+    j.drain_tier_ups();
+    auto best = j.find(bundle.hash);
+    REQUIRE(best);
+    CHECK(best->stats().tier == 1);
+    CHECK_FALSE(best->partial());
+    CHECK(run_u64(*best, "lonely", 0) == 7);
+}
+} // namespace
+
+TEST_CASE("a first compile holds only the kernel its call names, and a call to another compiles the slice whole", "[unit]") {
+    auto j = make_jit();
+    first_compile_holds_one_kernel(*j);
+}
+
+TEST_CASE("a first compile for one kernel goes through bitship-compiler processes too", "[integration]") {
+    jit::JitOptions o;
+    o.exports = runtime_exports();
+    o.compiler.mode = jit::CompilerMode::process;
+    o.compiler.path = BITSHIP_COMPILER_PROGRAM;
+    o.compiler.processes = 1;
+    auto j = jit::Jit::create(o);
+    REQUIRE(j);
+    first_compile_holds_one_kernel(**j);
+}
+
+TEST_CASE("a slice is compiled whole at first when one kernel alone cannot be", "[unit]") {
+    SECTION("a writable global, which two compiles would each hold a copy of") {
+        auto j = make_jit();
+        auto bundle = kernel_bundle("parts_writable", kParts);
+        auto code = j->compile(bundle.bytes, bundle.hash, "twice");
+        REQUIRE(code);
+        CHECK((*code)->stats().tier == 0);
+        CHECK_FALSE((*code)->partial());
+        CHECK(run_u64(**code, "lonely", 0) == 7);
+    }
+    SECTION("an entry the slice does not define") {
+        auto j = make_jit();
+        auto bundle = kernel_bundle("parts", kParts);
+        auto code = j->compile(bundle.bytes, bundle.hash, "no_such_kernel");
+        REQUIRE(code);
+        CHECK_FALSE((*code)->partial());
+        CHECK((*code)->entry("no_such_kernel").error().code == Errc::entry_not_found);
+        CHECK(run_u64(**code, "twice", 4) == 8);
+    }
+    SECTION("one tier: every compile is the optimised, whole one") {
+        auto j = make_jit({}, 2, 1);
+        auto bundle = kernel_bundle("parts", kParts);
+        auto code = j->compile(bundle.bytes, bundle.hash, "twice");
+        REQUIRE(code);
+        CHECK((*code)->stats().tier == 1);
+        CHECK_FALSE((*code)->partial());
+    }
 }
 
 TEST_CASE("with one tier every compile is the optimised one", "[unit]") {

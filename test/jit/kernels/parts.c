@@ -1,0 +1,38 @@
+/* Kernels that share code, for a tier-0 compile of one entry (jit/entry_closure.hpp): `twice`
+ * calls a helper, `thrice` reaches another only through a constant table of function pointers,
+ * `lonely` shares nothing. Built with -DWRITABLE, a counter every kernel bumps: a slice that
+ * must be compiled whole. */
+#include <bitship/kernel.h>
+
+#ifdef WRITABLE
+static uint64_t calls;
+#define COUNT() (++calls)
+#else
+#define COUNT() 0
+#endif
+
+static uint64_t arg(bs_ctx* ctx) {
+    size_t len;
+    const uint64_t* x = (const uint64_t*)bs_args(ctx, &len);
+    return len == sizeof *x ? *x : 0;
+}
+
+__attribute__((noinline)) static uint64_t scale(uint64_t x, uint64_t by) { return x * by; }
+__attribute__((noinline)) static uint64_t triple_it(uint64_t x) { return scale(x, 3); }
+__attribute__((noinline)) static uint64_t negate_it(uint64_t x) { return 0 - x; }
+static uint64_t (*const volatile ops[])(uint64_t) = {triple_it, negate_it};
+
+BS_KERNEL(twice) {
+    uint64_t y = scale(arg(ctx), 2) + COUNT() * 0;
+    bs_reply(ctx, &y, sizeof y);
+}
+
+BS_KERNEL(thrice) {
+    uint64_t y = ops[0](arg(ctx)) + COUNT() * 0;
+    bs_reply(ctx, &y, sizeof y);
+}
+
+BS_KERNEL(lonely) {
+    uint64_t y = 7 + COUNT() * 0;
+    bs_reply(ctx, &y, sizeof y);
+}
