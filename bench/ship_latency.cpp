@@ -294,8 +294,12 @@ int main(int argc, char** argv) {
             fmt::print("{:<5} {:<28} {:>10.3f}   (p99 {:.3f})\n", tl, "cold: process / in-process", ratio, ratio_p99);
             rows.back().extra.emplace_back("process_over_in_process_median", ratio);
             rows.back().extra.emplace_back("process_over_in_process_p99", ratio_p99);
-            verdicts.push_back(fmt::format("{}: cold ship median {:.2f} ms (target <= 25 ms) {}", tl, medians[0].median / 1000,
-                                           medians[0].median <= 25000 ? "MET" : "MISSED"));
+            // 25 ms: the ship path's first target; 2 ms: the fast first compile's ("Every call at
+            // the speed of the wire").
+            for (double target_ms : {25.0, 2.0})
+                verdicts.push_back(fmt::format("{}: cold ship median {:.2f} ms (target <= {:g} ms) {}", tl,
+                                               medians[0].median / 1000, target_ms,
+                                               medians[0].median <= target_ms * 1000 ? "MET" : "MISSED"));
             verdicts.push_back(fmt::format("{}: cold ship through the compiler process / in-process, medians: {:.3f} "
                                            "(target <= 1.25) {}", tl, ratio, ratio <= 1.25 ? "MET" : "MISSED"));
         }
