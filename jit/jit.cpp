@@ -202,11 +202,13 @@ private:
         if (tier == Tier::optimised) {
             if (!from_disk) keep_on_disk(expected, DiskFile::bundle, code->bundle());
             keep_object(expected, *built);
-        } else if (!completing) {
+        } else {
             // The first call waits for this compile, not for the slice's copy on disk (a file
             // write costs 0.1-0.3 ms here): that is written behind it, and before the agent stops.
-            if (!from_disk && cache_->has_dir())
+            if (!completing && !from_disk && cache_->has_dir())
                 background_.post([this, expected, slice = code->bundle()] { keep_on_disk(expected, DiskFile::bundle, slice); });
+            // Again when completing: the part's tier-up finds nothing to do if the part was
+            // evicted meanwhile; a job already queued for the hash absorbs this one.
             tier_up_->post(expected, [this, expected, slice = code->bundle(), from_disk] {
                 optimise_in_background(slice, expected, from_disk);
             });
