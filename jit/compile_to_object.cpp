@@ -198,6 +198,9 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
     if (auto allowed = AllowList::check(*module, [&](std::string_view name) { return st.allowed.contains(name); });
         !allowed)
         return tl::make_unexpected(allowed.error());
+    // State kept between calls must live in one copy: such a slice gets the one compile it
+    // will ever have, the optimised one (entry_closure.hpp), and says so in stats.tier.
+    if (tier == Tier::fast && holds_state(*module)) tier = Tier::optimised;
     // Tier 0 for one call: that entry and what it reaches; the rest waits for tier 1 (or for
     // a call to one of them).
     if (!only.empty() && tier == Tier::fast) out.left_out = keep_only_entry(*module, only, view->entries);

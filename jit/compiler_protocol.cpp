@@ -90,6 +90,7 @@ std::vector<std::byte> encode(const CompileReply& m) {
     w.u64(m.id);
     const auto& s = m.made.stats;
     for (double v : {s.verify_ms, s.parse_ms, s.optimise_ms, s.codegen_ms}) put_f64(w, v);
+    w.u8(static_cast<std::uint8_t>(s.tier));
     w.u32(static_cast<std::uint32_t>(m.made.entries.size()));
     for (const auto& e : m.made.entries) w.str16(e);
     w.u32(static_cast<std::uint32_t>(m.made.left_out.size()));
@@ -189,6 +190,9 @@ Result<CompileReply> decode_compiled(std::span<const std::byte> payload) {
         if (!v) return tl::make_unexpected(malformed("COMPILED's stage times"));
         *stage = *v;
     }
+    auto tier = r->u8();
+    if (!tier || *tier > static_cast<std::uint8_t>(Tier::optimised)) return tl::make_unexpected(malformed("COMPILED's tier"));
+    s.tier = *tier;
     auto count = r->u32();
     if (!count || *count > kMaxEntries || *count > r->remaining() / 2)
         return tl::make_unexpected(malformed("COMPILED's entry count"));

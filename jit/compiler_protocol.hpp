@@ -8,7 +8,7 @@
 //   HELLO {version, opt level, sandbox, names}  ──►  initialise LLVM, warm up, confine (seccomp)
 //                                      ◄──  READY {confined, why not}
 //   COMPILE {id, tier, only, hash, bundle}  ──►  parse, verify, policy, optimise, codegen
-//                                      ◄──  COMPILED {id, stats, entries, left out, slice, object}
+//                                      ◄──  COMPILED {id, stats, tier, entries, left out, slice, object}
 //                                           or FAILED {id, code, message, fatal}
 // A FAILED marked fatal (LLVM's fatal-error or out-of-memory handler) is the compiler's last
 // word: it exits right after.
@@ -30,8 +30,9 @@
 namespace bitship::jit::compiler_protocol {
 
 /// 2: HELLO carries the sandbox mode. 3: COMPILE names the one entry to compile, COMPILED the
-/// entries it left out.
-inline constexpr std::uint32_t kVersion = 3;
+/// entries it left out. 4: COMPILED says the tier it made (a slice that holds state is made
+/// optimised whatever was asked).
+inline constexpr std::uint32_t kVersion = 4;
 /// Caps on one frame: a request carries a bundle (the agent's own message cap applies first);
 /// a reply an object. Anything longer is refused before a byte of it is allocated.
 inline constexpr std::uint32_t kMaxRequestFrame = 1u << 30;

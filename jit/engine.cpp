@@ -162,8 +162,7 @@ Result<CompiledParts> Engine::compile(std::span<const std::byte> bundle, const C
     if (!made) return tl::make_unexpected(made.error());
     CompiledParts parts;
     parts.left_out = std::move(made->left_out);
-    parts.stats = made->stats;
-    parts.stats.tier = static_cast<unsigned>(tier);
+    parts.stats = made->stats; // its tier too: a slice that holds state is made optimised at once
     const std::string hex = to_hex(expected, kHashDigitsInMessages);
     auto mark = Clock::now();
     auto object = llvm::MemoryBuffer::getMemBufferCopy(

@@ -68,12 +68,16 @@ bool reserved(const llvm::GlobalValue& g) { return g.getName().starts_with("llvm
 
 } // namespace
 
+bool holds_state(const llvm::Module& module) {
+    for (const auto& g : module.globals())
+        if (!g.isDeclaration() && !g.isConstant() && !reserved(g)) return true;
+    return false;
+}
+
 std::vector<std::string> keep_only_entry(llvm::Module& module, std::string_view entry,
                                          const std::vector<std::string>& entries) {
     llvm::Function* root = module.getFunction(llvm::StringRef(entry.data(), entry.size()));
-    if (root == nullptr || root->isDeclaration()) return {};
-    for (const auto& g : module.globals())
-        if (!g.isDeclaration() && !g.isConstant() && !reserved(g)) return {};
+    if (root == nullptr || root->isDeclaration() || holds_state(module)) return {};
 
     Reach reach(root);
     reach.run();

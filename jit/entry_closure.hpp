@@ -24,4 +24,10 @@ namespace bitship::jit {
 std::vector<std::string> keep_only_entry(llvm::Module& module, std::string_view entry,
                                          const std::vector<std::string>& entries);
 
+/// Whether `module` defines a writable global variable (LLVM's own `llvm.*` globals aside):
+/// state its kernels keep from one call to the next. Such a slice is compiled once, whole and
+/// optimised (compile_to_object.cpp): a second compile, a part or a tier-up, would hold a
+/// fresh copy of that state, and the calls it served would lose what earlier calls wrote.
+bool holds_state(const llvm::Module& module);
+
 } // namespace bitship::jit

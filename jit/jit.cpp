@@ -190,8 +190,9 @@ private:
     }
 
     /// The first compile of a hash: tier 0 (for `entry` alone where it can) with tier 1 queued
-    /// behind it, or tier 1 at once. When a tier 0 that left `entry` out is held, the whole
-    /// slice at tier 0, replacing it.
+    /// behind it, or tier 1 at once (one tier, or a slice that holds state: the compiler makes
+    /// that optimised, and it is never swapped). When a tier 0 that left `entry` out is held,
+    /// the whole slice at tier 0, replacing it.
     CodeResult from_bundle(std::span<const std::byte> bundle, const CodeHash& expected, bool from_disk,
                            std::string_view entry = {}) {
         const Tier tier = tier_up_ ? Tier::fast : Tier::optimised;
@@ -199,7 +200,7 @@ private:
         auto built = build(bundle, expected, tier, from_disk, completing ? std::string_view{} : entry);
         if (!built) return tl::make_unexpected(built.error());
         auto code = cache_->insert(built->code);
-        if (tier == Tier::optimised) {
+        if (built->code->stats().tier == static_cast<unsigned>(Tier::optimised)) {
             if (!from_disk) keep_on_disk(expected, DiskFile::bundle, code->bundle());
             keep_object(expected, *built);
         } else {
@@ -295,12 +296,14 @@ private:
 
     Result<Built> build(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier, bool from_disk,
                         std::string_view only = {}) {
-        const bool keep = tier == Tier::optimised && cache_->has_dir();
-        auto parts = engine_->compile(bundle, expected, tier, keep, only);
+        // A tier-0 request may come back optimised (a slice that holds state): its object is
+        // kept too.
+        auto parts = engine_->compile(bundle, expected, tier, cache_->has_dir(), only);
         if (!parts) return tl::make_unexpected(parts.error());
         parts->stats.from_disk = from_disk;
         Built out;
         out.object = std::move(parts->object);
+        if (parts->stats.tier != static_cast<unsigned>(Tier::optimised)) out.object.clear();
         for (const auto& [name, fn] : parts->entries) out.entries.push_back(name);
         out.code = std::make_shared<CompiledSlice>(engine_, std::move(*parts), expected);
         return out;

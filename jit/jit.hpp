@@ -187,9 +187,11 @@ public:
     /// Compiles `bundle` (usually holding just the slice for this host) and caches it under
     /// `expected`: at tier 0 when tiering is on (tier 1 follows in the background). With
     /// `entry` (the kernel the call that brought it names), that tier-0 compile holds only
-    /// that kernel and what it reaches, unless the slice defines a writable global (which two
-    /// compiles would each hold a copy of); a later compile naming a kernel left out makes the
-    /// whole slice at tier 0 and replaces it, unless tier 1 is there first. Errors:
+    /// that kernel and what it reaches; a later compile naming a kernel left out makes the
+    /// whole slice at tier 0 and replaces it, unless tier 1 is there first. A slice that
+    /// defines a writable global (state its kernels keep between calls) is compiled once, whole
+    /// and at tier 1, and never swapped: two compiles would each hold a copy of that state. It
+    /// stays until evicted (an evicted slice starts over with fresh state). Errors:
     /// malformed_bundle (also: no slice hashes to `expected`), no_matching_slice (names the bundle's triples and this host's), producer_too_new (names
     /// both versions), invalid_bitcode, unresolved_symbol (names every missing symbol),
     /// compile_failed. Compiling a hash already cached returns the cached code.

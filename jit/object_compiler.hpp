@@ -39,7 +39,8 @@ struct CompiledObject {
 class ObjectCompiler {
 public:
     virtual ~ObjectCompiler() = default;
-    /// The slice of `bundle` hashing to `expected`, compiled at `tier`. With `only` at
+    /// The slice of `bundle` hashing to `expected`, compiled at `tier`, or at Tier::optimised
+    /// when it holds state (entry_closure.hpp: stats.tier says which). With `only` at
     /// Tier::fast, just that entry and what it reaches where the slice allows it
     /// (keep_only_entry); the whole slice is checked either way. Errors: those of
     /// Jit::compile, plus compile_failed naming what stopped a compiler process (a signal, a

@@ -36,8 +36,12 @@ proto::CompileReply sample_reply() {
     r.made.object = {std::byte{0x7f}, std::byte{'E'}, std::byte{'L'}, std::byte{'F'}};
     r.made.stats.verify_ms = 0.5;
     r.made.stats.codegen_ms = 1.25;
+    r.made.stats.tier = 1;
     return r;
 }
+
+/// Where COMPILED's entry count starts: after the type, the id, four stage times and the tier.
+constexpr std::size_t kEntryCountAt = 1 + 8 + 4 * 8 + 1;
 
 } // namespace
 
@@ -67,6 +71,7 @@ TEST_CASE("every compiler protocol message decodes to what was encoded", "[unit]
     CHECK(reply->made.left_out == std::vector<std::string>{"mul"});
     CHECK(reply->made.object.size() == 4);
     CHECK(reply->made.stats.codegen_ms == 1.25);
+    CHECK(reply->made.stats.tier == 1);
 
     auto failed = proto::decode_failed(proto::encode(proto::CompileFailure{9, {Errc::invalid_bitcode, "bad"}, true}));
     REQUIRE(failed);
@@ -87,7 +92,7 @@ TEST_CASE("a hostile compiler reply is refused as malformed, whatever part of it
     SECTION("an entry count the payload cannot hold (refused before anything is reserved)") {
         auto bad = good;
         const std::uint32_t huge = 0xffffffffu;
-        std::memcpy(bad.data() + 1 + 8 + 4 * 8, &huge, sizeof huge);
+        std::memcpy(bad.data() + kEntryCountAt, &huge, sizeof huge);
         auto r = proto::decode_compiled(bad);
         REQUIRE_FALSE(r);
         CHECK(r.error().code == Errc::malformed_message);
@@ -95,8 +100,8 @@ TEST_CASE("a hostile compiler reply is refused as malformed, whatever part of it
     SECTION("a left-out count the payload cannot hold") {
         auto bad = good;
         const std::uint32_t huge = 0xffffffffu;
-        // After the stage times, the entry count and the two entries ("add", "sub": 2 + 3 bytes each).
-        std::memcpy(bad.data() + 1 + 8 + 4 * 8 + 4 + 2 * (2 + 3), &huge, sizeof huge);
+        // After the entry count and the two entries ("add", "sub": 2 + 3 bytes each).
+        std::memcpy(bad.data() + kEntryCountAt + 4 + 2 * (2 + 3), &huge, sizeof huge);
         auto r = proto::decode_compiled(bad);
         REQUIRE_FALSE(r);
         CHECK(r.error().code == Errc::malformed_message);
@@ -111,6 +116,13 @@ TEST_CASE("a hostile compiler reply is refused as malformed, whatever part of it
         const double nan = std::numeric_limits<double>::quiet_NaN();
         std::memcpy(bad.data() + 1 + 8, &nan, sizeof nan);
         CHECK_FALSE(proto::decode_compiled(bad));
+    }
+    SECTION("a tier this build does not know") {
+        auto bad = good;
+        bad[kEntryCountAt - 1] = std::byte{2};
+        auto r = proto::decode_compiled(bad);
+        REQUIRE_FALSE(r);
+        CHECK(r.error().message.find("tier") != std::string::npos);
     }
     SECTION("trailing bytes") {
         auto bad = good;

@@ -199,6 +199,27 @@ std::optional<std::uint64_t> run_u64(const jit::CompiledCode& code, std::string_
 }
 
 const std::vector<std::string> kParts{"twice", "thrice", "lonely"};
+const std::vector<std::string> kPartsWithState{"twice", "thrice", "lonely", "count"};
+
+/// parts.c -DWRITABLE on `j`: its counter keeps counting from the first call on, through
+/// whatever tier-up would follow.
+void state_survives(jit::Jit& j) {
+    auto bundle = kernel_bundle("parts_writable", kPartsWithState);
+    auto code = j.compile(bundle.bytes, bundle.hash, "count");
+    REQUIRE(code);
+    // Compiled once, optimised and whole: a tier swap would give `count` a fresh counter.
+    CHECK((*code)->stats().tier == 1);
+    CHECK_FALSE((*code)->partial());
+    CHECK(run_u64(**code, "count", 0) == 1);
+    CHECK(run_u64(**code, "count", 0) == 2);
+    CHECK(run_u64(**code, "lonely", 0) == 7); // bumps it too
+    j.drain_tier_ups();
+    CHECK(j.tier_ups_finished() == 0);
+    auto now = j.find(bundle.hash);
+    REQUIRE(now);
+    CHECK(now.get() == code->get());
+    CHECK(run_u64(*now, "count", 0) == 4);
+}
 
 /// The checks of a first compile for `thrice` alone, then of a call to `twice`, on `j`.
 void first_compile_holds_one_kernel(jit::Jit& j) {
@@ -254,13 +275,28 @@ TEST_CASE("a first compile for one kernel goes through bitship-compiler processe
     first_compile_holds_one_kernel(**j);
 }
 
+TEST_CASE("a slice that holds state keeps it: compiled optimised at once, never swapped", "[unit]") {
+    auto j = make_jit();
+    state_survives(*j);
+}
+
+TEST_CASE("a slice that holds state is compiled optimised at once by bitship-compiler processes too", "[integration]") {
+    jit::JitOptions o;
+    o.exports = runtime_exports();
+    o.compiler.mode = jit::CompilerMode::process;
+    o.compiler.path = BITSHIP_COMPILER_PROGRAM;
+    o.compiler.processes = 1;
+    auto j = jit::Jit::create(o);
+    REQUIRE(j);
+    state_survives(**j);
+}
+
 TEST_CASE("a slice is compiled whole at first when one kernel alone cannot be", "[unit]") {
     SECTION("a writable global, which two compiles would each hold a copy of") {
         auto j = make_jit();
-        auto bundle = kernel_bundle("parts_writable", kParts);
+        auto bundle = kernel_bundle("parts_writable", kPartsWithState);
         auto code = j->compile(bundle.bytes, bundle.hash, "twice");
         REQUIRE(code);
-        CHECK((*code)->stats().tier == 0);
         CHECK_FALSE((*code)->partial());
         CHECK(run_u64(**code, "lonely", 0) == 7);
     }

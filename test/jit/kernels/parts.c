@@ -1,7 +1,7 @@
 /* Kernels that share code, for a tier-0 compile of one entry (jit/entry_closure.hpp): `twice`
  * calls a helper, `thrice` reaches another only through a constant table of function pointers,
- * `lonely` shares nothing. Built with -DWRITABLE, a counter every kernel bumps: a slice that
- * must be compiled whole. */
+ * `lonely` shares nothing. Built with -DWRITABLE, a counter every kernel bumps and `count`
+ * answers: a slice that holds state, compiled whole and once. */
 #include <bitship/kernel.h>
 
 #ifdef WRITABLE
@@ -36,3 +36,10 @@ BS_KERNEL(lonely) {
     uint64_t y = 7 + COUNT() * 0;
     bs_reply(ctx, &y, sizeof y);
 }
+
+#ifdef WRITABLE
+BS_KERNEL(count) {
+    uint64_t y = COUNT();
+    bs_reply(ctx, &y, sizeof y);
+}
+#endif

@@ -1,6 +1,8 @@
 /* Kernels for the software fault isolation tests (sfi_test.cpp): forged pointers, stack data of
  * every kind (arrays, address-taken locals, VLAs, structs by value), global tables, deep
- * recursion and indirect calls. Built once as is, and with -DCASE=n for what sfi refuses. */
+ * recursion and indirect calls. Built once as is, with -DSTATELESS (the writable table local:
+ * a slice without state, whose first compile is tier 0), and with -DCASE=n for what sfi
+ * refuses. */
 #include <bitship/kernel.h>
 
 #if !defined(CASE)
@@ -34,7 +36,9 @@ BS_KERNEL(sfi_read) {
 }
 
 static const uint32_t kTable[16] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+#if !defined(STATELESS)
 static uint32_t counts[16];
+#endif
 
 struct big {
     uint64_t v[6];
@@ -69,6 +73,9 @@ BS_KERNEL(sfi_compute) {
         return;
     }
     const uint32_t n = in->n, seed = in->seed;
+#if defined(STATELESS)
+    uint32_t counts[16];
+#endif
     for (uint32_t i = 0; i < 16; ++i) counts[i] = 0;
     uint64_t local[64];
     for (uint32_t i = 0; i < 64; ++i) local[i] = (uint64_t)kTable[(seed + i) & 15] * (i + 1);
