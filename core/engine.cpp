@@ -125,7 +125,11 @@ std::string_view to_string(ProgressMode m) noexcept {
     return "?";
 }
 
-Engine::Engine(const EngineOptions& options, EngineHooks hooks) : options_(options), hooks_(std::move(hooks)) {}
+// The progress clocks start here, not on the engine's thread: they belong to whoever holds the
+// token, and a guest (an agent's worker, a waiting caller) may lead before that thread starts.
+Engine::Engine(const EngineOptions& options, EngineHooks hooks)
+    : options_(options), hooks_(std::move(hooks)), last_event_(Clock::now()), last_tick_(last_event_),
+      now_(last_event_) {}
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, EngineHooks hooks) {
     std::unique_ptr<Engine> engine(new Engine(options, std::move(hooks)));

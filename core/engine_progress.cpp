@@ -243,7 +243,6 @@ void Engine::notify_waiters() {
 }
 
 void Engine::run() {
-    last_event_ = last_tick_ = now_ = Clock::now();
     while (!stopping_.load(std::memory_order_relaxed)) {
         if (guests_.load(std::memory_order_seq_cst) == 0) {
             std::unique_lock token(token_, std::try_to_lock);

@@ -2,8 +2,8 @@
 # Installs what is missing, builds, and runs every test: unit and integration (real xagent
 # processes over TCP and shared memory on loopback, real LLVM JIT); the aarch64 (DPU) agent,
 # cross-built and run under qemu-user, serving this build's clients; a short libFuzzer run of
-# the wire decoder and the bundle parser; then the whole suite again under AddressSanitizer +
-# UndefinedBehaviorSanitizer (clang-19).
+# the wire decoder and the bundle parser; the concurrency tests under ThreadSanitizer; then the
+# whole suite again under AddressSanitizer + UndefinedBehaviorSanitizer (clang-19).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,6 +27,9 @@ echo "== aarch64 part took $((SECONDS - aarch64_start)) s"
 
 echo "== fuzz the decoders (${BITSHIP_FUZZ_SECONDS:-20} s each)"
 bash scripts/fuzz.sh "${BITSHIP_FUZZ_SECONDS:-20}"
+
+echo "== the concurrency tests under ThreadSanitizer"
+bash scripts/tsan.sh
 
 echo "== build and test under ASan + UBSan"
 cmake --preset asan >/dev/null
