@@ -1,4 +1,5 @@
 #include "client_impl.hpp"
+#include "deadline_clock.hpp"
 #include "memory_reuse.hpp"
 
 #include <algorithm>
@@ -13,7 +14,7 @@ std::shared_ptr<CallState> Client::Impl::new_call(std::uint64_t peer, Kind kind)
     c->id = next_id.fetch_add(1, std::memory_order_relaxed);
     c->peer = peer;
     c->kind = kind;
-    c->deadline = Clock::now() + options.call_timeout;
+    c->deadline = deadline_clock_now() + options.call_timeout;
     c->progress = progress;
     c->engine = engine.get();
     return c;

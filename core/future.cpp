@@ -26,14 +26,14 @@ bool Future::wait_for(std::chrono::nanoseconds timeout) const {
     auto now = Clock::now();
     const auto until = now + timeout;
     for (;; now = Clock::now()) {
-        if (done()) return true;
-        if (now >= until) return false;
+        if (now >= until) return done();
         auto slice_end = std::min(until, now + kLeadSlice);
         std::shared_lock alive(s.progress->mutex);
         Engine* engine = s.progress->engine;
         if (!engine) {
             // The client is gone; it failed every call it knew of. Nothing will progress.
             alive.unlock();
+            if (done()) return true;
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
             continue;
         }
@@ -41,6 +41,7 @@ bool Future::wait_for(std::chrono::nanoseconds timeout) const {
         auto lead = engine->try_lead_until(done, slice_end, now);
         detail::t_waiter_leads = false;
         if (lead == Engine::Lead::other_leader) engine->wait_for_handoff(done, slice_end);
+        if (done()) return true;
     }
 }
 
