@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -68,14 +69,24 @@ Estimate explain(const OpModel& model, Strategy s, const OpWork& work, bool cach
     return e;
 }
 
+namespace {
+/// The link's latency in a run (its round trips or dependent GETs, not its bytes).
+double link_latency_ns(const LinkFigures& link, Strategy s, const OpWork& work) noexcept {
+    if (s == Strategy::get) return static_cast<double>(work.dependent_gets) * link.get_ns;
+    return (s == Strategy::reship ? 1.0 + static_cast<double>(work.forwards) : 1.0) * link.rtt_ns;
+}
+} // namespace
+
 StrategyFit fit(const Op& op, const LinkFigures& link, Strategy s, std::span<const Sample> samples) {
     // Weighted by 1/time²: the line is judged by its relative error, so the short runs near a
     // crossover count as much as the long ones.
     StrategyFit out;
     double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    double least_latency = std::numeric_limits<double>::infinity();
     for (const auto& smp : samples) {
         if (!(smp.ns > 0)) continue;
         const auto work = op.work(smp.size);
+        least_latency = std::min(least_latency, link_latency_ns(link, s, work));
         const double w = 1.0 / (smp.ns * smp.ns);
         const double x = units_of(s, work);
         const double y = smp.ns - link_ns(link, s, work);
@@ -89,10 +100,12 @@ StrategyFit fit(const Op& op, const LinkFigures& link, Strategy s, std::span<con
     const double var = sxx - sx * sx / sw;
     if (var > 1e-12 * sxx) out.per_unit_ns = std::max(0.0, (sxy - sx * sy / sw) / var);
     out.fixed_ns = (sy - out.per_unit_ns * sx) / sw;
-    // A link probed slower than the calibration runs went (a probe unlucky on a loaded host)
-    // leaves a negative fixed cost. Past the link's own share it would make small sizes cost
-    // nothing: the fixed cost never takes back more than the link's round trip.
-    out.fixed_ns = std::max(out.fixed_ns, -link_ns(link, s, OpWork{}));
+    // A link probed slower than the calibration runs went (a probe unlucky on a loaded host,
+    // or a GET that costs less in a run than alone) leaves a negative fixed cost. Past the
+    // link's own share it would make small sizes cost nothing: the fixed cost never takes back
+    // more than the link's latency in the least of the runs (a round trip; for GET, its
+    // dependent GETs: one, for an operation whose GETs are all in flight at once).
+    out.fixed_ns = std::max(out.fixed_ns, -least_latency);
     out.fitted = true;
     return out;
 }

@@ -74,6 +74,36 @@ TEST_CASE("a fit recovers the per-unit and fixed costs of timed runs beyond the 
     CHECK(f.fixed_ns == Approx(500).epsilon(1e-6));
 }
 
+TEST_CASE("a GET cheaper in the runs than in the probe is fitted down, and still never costs nothing", "[unit]") {
+    // A reduce's shape: its chunks' GETs all in flight at once (one dependent GET), bytes
+    // growing with the size. The probe's GET took 11 µs; in the runs the GET part took 8 µs.
+    class OneGet final : public Op {
+    public:
+        std::string_view name() const noexcept override { return "one_get"; }
+        std::string_view size_name() const noexcept override { return "items"; }
+        std::uint64_t max_size() const noexcept override { return 1u << 20; }
+        const Kernel& kernel() const noexcept override { return xrdma_kernels::chase; }
+        OpWork work(std::uint64_t size) const override { return {1, 8 * size, size, 0, 8, 1}; }
+        Future start(Strategy, std::uint64_t) override { return {}; }
+        Bytes expected(std::uint64_t) const override { return {}; }
+    } op;
+    LinkFigures link{11'000, 11'000, 0.5, 0, false};
+    std::vector<Sample> samples;
+    for (std::uint64_t size : {1, 16, 256, 4096}) samples.push_back({size, 8'000 + 8.0 * size * 0.5 + 0.25 * size});
+    auto f = fit(op, link, Strategy::get, samples);
+    REQUIRE(f.fitted);
+    CHECK(f.fixed_ns == Approx(-3'000));
+    CHECK(f.per_unit_ns == Approx(0.25));
+    OpModel m;
+    m.link = link;
+    m.fits[index_of(Strategy::get)] = f;
+    for (const auto& smp : samples) CHECK(estimate_ns(m, Strategy::get, op.work(smp.size), true) == Approx(smp.ns));
+    // Runs that took nothing at all cannot take back more than the one GET.
+    samples.assign({{1, 1}, {16, 2}, {256, 3}, {4096, 4}});
+    f = fit(op, link, Strategy::get, samples);
+    CHECK(f.fixed_ns >= -11'000);
+}
+
 TEST_CASE("a walk of random hops reaches the expected number of distinct agents", "[unit]") {
     CHECK(expected_agents(4, 0) == 1);
     CHECK(expected_agents(4, 1) == 1);
