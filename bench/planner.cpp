@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <numeric>
+#include <random>
 #include <set>
 #include <string>
 #include <thread>
@@ -242,6 +244,7 @@ int main(int argc, char** argv) {
                "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
                "  busy = a second client keeps every worker running a {}-turn kernel; agents: 1 worker each;\n"
                "  every answer checked against the op's own; each timed run starts with the agents awake (an empty native call each);\n"
+               "  each rep runs every strategy and the planner in turn, in an order shuffled each rep;\n"
                "  progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
                fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves, cfg.burn_turns, cfg.progress, cfg.wisdom);
@@ -345,33 +348,41 @@ int main(int argc, char** argv) {
                                 std::map<Strategy, std::vector<double>> samples;
                                 std::vector<double> planned;
                                 for (int r = 0; r < reps; ++r) {
-                                    // Turns: every strategy, then the planner, so all see the same machine.
-                                    for (auto s : all) {
-                                        if (cold && ships_code(s)) {
+                                    // Turns: every strategy and the planner, all on the same machine, in an
+                                    // order shuffled each rep (the same shuffles every run). In a fixed
+                                    // order, or a rotating one, each strategy always runs right after the
+                                    // same other one, and pays for its aftermath (a long GET walk leaves
+                                    // the agent's progress thread spinning; on two cores that slows the
+                                    // next kernel).
+                                    std::vector<std::size_t> order(all.size() + 1); // index all.size(): the planner's
+                                    std::iota(order.begin(), order.end(), std::size_t{0});
+                                    std::mt19937 shuffle(static_cast<std::uint32_t>(r * 7919 + size));
+                                    std::shuffle(order.begin(), order.end(), shuffle);
+                                    for (const std::size_t turn : order) {
+                                        const bool planners = turn == all.size();
+                                        if (cold && (planners || ships_code(all[turn]))) {
                                             if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
                                             // Told, or the planner takes this compile for a cached run's time: it
                                             // would learn it as one, and count it as the owner's queue.
                                             planner->code_evicted(o);
                                         }
                                         awaken(client, agents);
-                                        samples[s].push_back(run_us(*planner, o, size, s));
-                                    }
-                                    if (cold) {
-                                        if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
-                                        planner->code_evicted(o);
-                                    }
-                                    Strategy chosen{};
-                                    awaken(client, agents);
-                                    const auto t1 = Clock::now();
-                                    auto answer = planner->run(o, size, &chosen);
-                                    planned.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
-                                    if (!answer || *answer != o.expected(size))
-                                        throw std::runtime_error(fmt::format("planner run of {} at {} failed", spec.name, size));
-                                    ++p.choices[chosen];
-                                    if (r == 0) {
-                                        const auto work = o.work(size);
-                                        for (auto s : all)
-                                            p.predicted_ns[s] = estimate_ns(entry->model, s, work, !cold);
+                                        if (!planners) {
+                                            samples[all[turn]].push_back(run_us(*planner, o, size, all[turn]));
+                                            continue;
+                                        }
+                                        if (r == 0) { // what it predicts before its own run teaches it anything
+                                            const auto work = o.work(size);
+                                            for (auto s : all)
+                                                p.predicted_ns[s] = estimate_ns(entry->model, s, work, !cold);
+                                        }
+                                        Strategy chosen{};
+                                        const auto t1 = Clock::now();
+                                        auto answer = planner->run(o, size, &chosen);
+                                        planned.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
+                                        if (!answer || *answer != o.expected(size))
+                                            throw std::runtime_error(fmt::format("planner run of {} at {} failed", spec.name, size));
+                                        ++p.choices[chosen];
                                     }
                                 }
                                 for (auto s : all) p.forced[s] = bench::summarise(samples[s]);
