@@ -201,6 +201,18 @@ std::optional<std::uint64_t> run_u64(const jit::CompiledCode& code, std::string_
 const std::vector<std::string> kParts{"twice", "thrice", "lonely"};
 const std::vector<std::string> kPartsWithState{"twice", "thrice", "lonely", "count"};
 
+/// A Jit whose compiles go through one bitship-compiler process.
+std::unique_ptr<jit::Jit> jit_with_compiler_process() {
+    jit::JitOptions o;
+    o.exports = runtime_exports();
+    o.compiler.mode = jit::CompilerMode::process;
+    o.compiler.path = BITSHIP_COMPILER_PROGRAM;
+    o.compiler.processes = 1;
+    auto j = jit::Jit::create(o);
+    REQUIRE(j);
+    return std::move(*j);
+}
+
 /// parts.c -DWRITABLE on `j`: its counter keeps counting from the first call on, through
 /// whatever tier-up would follow.
 void state_survives(jit::Jit& j) {
@@ -265,14 +277,8 @@ TEST_CASE("a first compile holds only the kernel its call names, and a call to a
 }
 
 TEST_CASE("a first compile for one kernel goes through bitship-compiler processes too", "[integration]") {
-    jit::JitOptions o;
-    o.exports = runtime_exports();
-    o.compiler.mode = jit::CompilerMode::process;
-    o.compiler.path = BITSHIP_COMPILER_PROGRAM;
-    o.compiler.processes = 1;
-    auto j = jit::Jit::create(o);
-    REQUIRE(j);
-    first_compile_holds_one_kernel(**j);
+    auto j = jit_with_compiler_process();
+    first_compile_holds_one_kernel(*j);
 }
 
 TEST_CASE("a slice that holds state keeps it: compiled optimised at once, never swapped", "[unit]") {
@@ -281,14 +287,8 @@ TEST_CASE("a slice that holds state keeps it: compiled optimised at once, never 
 }
 
 TEST_CASE("a slice that holds state is compiled optimised at once by bitship-compiler processes too", "[integration]") {
-    jit::JitOptions o;
-    o.exports = runtime_exports();
-    o.compiler.mode = jit::CompilerMode::process;
-    o.compiler.path = BITSHIP_COMPILER_PROGRAM;
-    o.compiler.processes = 1;
-    auto j = jit::Jit::create(o);
-    REQUIRE(j);
-    state_survives(**j);
+    auto j = jit_with_compiler_process();
+    state_survives(*j);
 }
 
 TEST_CASE("a slice is compiled whole at first when one kernel alone cannot be", "[unit]") {
