@@ -9,11 +9,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# UCX's mmap/malloc hooks patch what TSan intercepts: off for the build too, whose test
+# discovery runs the test programs.
+export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
+export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 cmake --preset tsan >/dev/null
 cmake --build --preset tsan --target jit_test agents_test xagent bitship-compiler
-
-export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no # UCX's hooks patch what TSan intercepts
-export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 reports=$(mktemp -d /tmp/bitship-tsan-XXXXXX)
 export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:log_path=$reports/report"
 
