@@ -114,7 +114,7 @@ int main(int argc, char** argv) {
     app.add_option("--cache-dir", cache_dir, "keep compiled code here across restarts (default: memory only)")
         ->envname("BITSHIP_CACHE_DIR");
     app.add_option("--opt-level", config.opt_level, "JIT optimisation level")->check(CLI::Range(0, 3))->capture_default_str();
-    app.add_option("--jit-tiers", config.jit_tiers, "2: new code compiled fast, then optimised in the background; 1: optimised at once")
+    app.add_option("--jit-tiers", config.jit_tiers, "2: new code compiled fast, then optimised in the background (code with writable globals, whose state must keep one copy, is optimised at once); 1: optimised at once")
         ->check(CLI::Range(1, 2))->capture_default_str();
     std::string compiler_mode = "process", compiler_path;
     unsigned compiler_cpu_s = static_cast<unsigned>(config.compiler.cpu_limit.count());
