@@ -22,6 +22,7 @@
 #include <forbidden_kernels.hpp>
 #include <forged_kernels.hpp>
 #include <other_arch_kernels.hpp>
+#include <state_kernels.hpp>
 
 #include "launcher.hpp"
 #include "test_support.hpp"
@@ -79,6 +80,25 @@ TEST_CASE("an agent reports its background tier-1 compiles: pending after a firs
     CHECK(now["tier_ups_pending"] == 0);
     CHECK(now["tier_ups"] == 1);
     CHECK(now["last_compile_tier"] == 0); // the call's own compile was the fast one
+}
+
+TEST_CASE("a kernel's state goes on from call to call: its slice is compiled optimised at once and never swapped",
+          "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO(transport);
+    AgentProcess agent(transport);
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+    INFO(agent.log());
+    for (std::uint64_t i = 1; i <= 3; ++i) CHECK(client.ship(state_kernels::count_calls, target).get_as<std::uint64_t>() == i);
+    auto idle = client.await_tier_ups(target, 20s);
+    REQUIRE(idle);
+    CHECK(*idle);
+    auto counters = agent_counters(client, target);
+    CHECK(counters["compiles"] == 1);
+    CHECK(counters["last_compile_tier"] == 1);
+    CHECK(counters["tier_ups"] == 0); // nothing swapped in behind the first compile
+    CHECK(client.ship(state_kernels::count_calls, target).get_as<std::uint64_t>() == std::uint64_t{4});
 }
 
 TEST_CASE("a cached kernel is not resent", "[integration]") {
