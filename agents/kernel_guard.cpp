@@ -1,10 +1,11 @@
 #include "kernel_guard.hpp"
 
+#include "core/coarse_clock.hpp"
+
 #include <pthread.h>
 #include <atomic>
 #include <csetjmp>
 #include <csignal>
-#include <ctime>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -18,13 +19,9 @@ namespace {
 const int kTimeoutSignal = SIGRTMIN + 2;
 constexpr std::size_t kAltStackSize = 256 * 1024;
 
-// The coarse monotonic clock: a few nanoseconds to read (no TSC access), and its resolution
-// (a few ms) is finer than the watchdog's own granularity. Read on every call.
-std::int64_t now_ns() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
-}
+// The coarse monotonic clock (coarse_clock.hpp): its resolution (a few ms) is finer than the
+// watchdog's own granularity. Read on every call.
+std::int64_t now_ns() { return coarse_now_ns(); }
 
 // One per worker thread, never freed (workers are few and live as long as the agent).
 struct Slot {

@@ -1,5 +1,5 @@
 #include "client_impl.hpp"
-#include "deadline_clock.hpp"
+#include "coarse_clock.hpp"
 #include "memory_reuse.hpp"
 
 #include <algorithm>

@@ -1,7 +1,8 @@
 #include "code_cache.hpp"
 
+#include "core/coarse_clock.hpp" // every find() stamps its use: a few ms resolution orders evictions
+
 #include <fcntl.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,14 +32,6 @@ fs::path temp_name(const fs::path& final_path) {
 }
 
 std::string errno_text(int err) { return std::error_code(err, std::generic_category()).message(); }
-
-/// A monotonic clock read cheap enough for every find() (the vDSO's coarse clock, a few ms
-/// resolution: plenty to order evictions).
-std::int64_t coarse_now_ns() noexcept {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 std::int64_t file_clock_now() { return fs::file_time_type::clock::now().time_since_epoch().count(); }
 
