@@ -20,10 +20,34 @@ namespace fs = std::filesystem;
 
 constexpr std::string_view kBundleExtension = ".bundle";
 constexpr std::string_view kObjectExtension = ".obj";
+constexpr std::string_view kPtxPrefix = ".sm";
+constexpr std::string_view kPtxExtension = ".ptx";
 constexpr std::size_t kHexDigits = 64;
 constexpr std::size_t kHashDigitsInMessages = 16;
+/// A PTX file's sm has at most this many digits (sm_1000 would be compute capability 100.0).
+constexpr std::size_t kMaxSmDigits = 3;
 
-std::string_view extension_of(DiskFile kind) { return kind == DiskFile::bundle ? kBundleExtension : kObjectExtension; }
+std::string extension_of(const DiskFile& kind) {
+    switch (kind.kind) {
+    case DiskFile::Kind::bundle: return std::string(kBundleExtension);
+    case DiskFile::Kind::object: return std::string(kObjectExtension);
+    case DiskFile::Kind::ptx: break;
+    }
+    return fmt::format("{}{}{}", kPtxPrefix, kind.sm, kPtxExtension);
+}
+
+/// `.sm<digits>.ptx` → that file kind (no leading zero, so one name per sm); nullopt otherwise.
+std::optional<DiskFile> parse_ptx_extension(std::string_view ext) {
+    if (!ext.starts_with(kPtxPrefix) || !ext.ends_with(kPtxExtension)) return std::nullopt;
+    auto digits = ext.substr(kPtxPrefix.size(), ext.size() - kPtxPrefix.size() - kPtxExtension.size());
+    if (digits.empty() || digits.size() > kMaxSmDigits || digits.front() == '0') return std::nullopt;
+    unsigned sm = 0;
+    for (char c : digits) {
+        if (c < '0' || c > '9') return std::nullopt;
+        sm = sm * 10 + static_cast<unsigned>(c - '0');
+    }
+    return DiskFile::ptx(sm);
+}
 
 /// A name no other writer (thread or process) uses at the same time.
 fs::path temp_name(const fs::path& final_path) {
@@ -37,9 +61,12 @@ std::int64_t file_clock_now() { return fs::file_time_type::clock::now().time_sin
 
 /// `<64 hex digits><ext>` → the hash; nullopt for any other name (temporaries, strangers).
 std::optional<std::pair<CodeHash, DiskFile>> parse_name(const std::string& name) {
+    if (name.size() <= kHexDigits) return std::nullopt;
+    const std::string_view ext = std::string_view(name).substr(kHexDigits);
     DiskFile kind{};
-    if (name.size() == kHexDigits + kBundleExtension.size() && name.ends_with(kBundleExtension)) kind = DiskFile::bundle;
-    else if (name.size() == kHexDigits + kObjectExtension.size() && name.ends_with(kObjectExtension)) kind = DiskFile::object;
+    if (ext == kBundleExtension) kind = DiskFile::bundle;
+    else if (ext == kObjectExtension) kind = DiskFile::object;
+    else if (auto ptx = parse_ptx_extension(ext)) kind = *ptx;
     else return std::nullopt;
     CodeHash hash{};
     for (std::size_t i = 0; i < hash.size(); ++i) {
@@ -82,6 +109,21 @@ Result<void> write_new_file(const fs::path& path, std::span<const std::byte> byt
 }
 
 } // namespace
+
+std::size_t& CodeCache::DiskEntry::bytes_of(const DiskFile& kind) {
+    switch (kind.kind) {
+    case DiskFile::Kind::bundle: return bundle_bytes;
+    case DiskFile::Kind::object: return object_bytes;
+    case DiskFile::Kind::ptx: break;
+    }
+    return ptx_bytes[kind.sm];
+}
+
+std::size_t CodeCache::DiskEntry::total() const {
+    std::size_t sum = bundle_bytes + object_bytes;
+    for (const auto& [sm, bytes] : ptx_bytes) sum += bytes;
+    return sum;
+}
 
 Result<std::unique_ptr<CodeCache>> CodeCache::open(fs::path dir, std::size_t memory_cap_bytes, std::size_t disk_cap_bytes) {
     if (!dir.empty()) {
@@ -204,8 +246,7 @@ std::vector<CachedCodeInfo> CodeCache::list() const {
     {
         std::lock_guard lock(disk_mutex_);
         for (auto& info : out)
-            if (auto it = disk_.find(info.hash); it != disk_.end())
-                info.disk_bytes = it->second.bundle_bytes + it->second.object_bytes;
+            if (auto it = disk_.find(info.hash); it != disk_.end()) info.disk_bytes = it->second.total();
     }
     std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.last_use < b.last_use; });
     return out;
@@ -230,7 +271,7 @@ void CodeCache::index_dir() {
         auto mtime = it->last_write_time(time_ec);
         if (size_ec || time_ec) continue;
         auto& entry = disk_[parsed->first];
-        (parsed->second == DiskFile::bundle ? entry.bundle_bytes : entry.object_bytes) = static_cast<std::size_t>(size);
+        entry.bytes_of(parsed->second) = static_cast<std::size_t>(size);
         entry.last_use = std::max(entry.last_use, std::int64_t(mtime.time_since_epoch().count()));
         disk_bytes_ += static_cast<std::size_t>(size);
     }
@@ -261,7 +302,7 @@ Result<void> CodeCache::store(const CodeHash& hash, DiskFile kind, std::span<con
     }
     std::lock_guard lock(disk_mutex_);
     auto& entry = disk_[hash];
-    auto& size = kind == DiskFile::bundle ? entry.bundle_bytes : entry.object_bytes;
+    auto& size = entry.bytes_of(kind);
     disk_bytes_ = disk_bytes_ - size + bytes.size();
     size = bytes.size();
     entry.last_use = file_clock_now();
@@ -279,7 +320,8 @@ void CodeCache::evict_disk_locked(const CodeHash& keep) {
         std::error_code ec;
         fs::remove(path_of(victim->first, DiskFile::bundle), ec);
         fs::remove(path_of(victim->first, DiskFile::object), ec);
-        disk_bytes_ -= victim->second.bundle_bytes + victim->second.object_bytes;
+        for (const auto& [sm, bytes] : victim->second.ptx_bytes) fs::remove(path_of(victim->first, DiskFile::ptx(sm)), ec);
+        disk_bytes_ -= victim->second.total();
         spdlog::debug("jit: disk cache evicts {}", to_hex(victim->first, kHashDigitsInMessages));
         disk_.erase(victim);
     }
@@ -307,16 +349,23 @@ void CodeCache::remove(const CodeHash& hash, std::optional<DiskFile> kind) {
     std::error_code ec;
     std::lock_guard lock(disk_mutex_);
     auto it = disk_.find(hash);
-    for (auto k : {DiskFile::bundle, DiskFile::object}) {
-        if (kind && *kind != k) continue;
+    auto drop = [&](const DiskFile& k) {
         fs::remove(path_of(hash, k), ec);
-        if (it != disk_.end()) {
-            auto& size = k == DiskFile::bundle ? it->second.bundle_bytes : it->second.object_bytes;
-            disk_bytes_ -= size;
-            size = 0;
-        }
+        if (it == disk_.end()) return;
+        disk_bytes_ -= it->second.bytes_of(k);
+        if (k.kind == DiskFile::Kind::ptx) it->second.ptx_bytes.erase(k.sm);
+        else it->second.bytes_of(k) = 0;
+    };
+    if (kind) {
+        drop(*kind);
+    } else {
+        drop(DiskFile::bundle);
+        drop(DiskFile::object);
+        // The PTX files indexed: this process's, and those there when it started.
+        if (it != disk_.end())
+            for (const auto sms = it->second.ptx_bytes; const auto& [sm, bytes] : sms) drop(DiskFile::ptx(sm));
     }
-    if (it != disk_.end() && it->second.bundle_bytes == 0 && it->second.object_bytes == 0) disk_.erase(it);
+    if (it != disk_.end() && it->second.total() == 0 && it->second.ptx_bytes.empty()) disk_.erase(it);
 }
 
 std::size_t CodeCache::disk_bytes() const {

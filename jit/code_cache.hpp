@@ -2,8 +2,9 @@
 // The content-addressed code cache: compiled code in memory by hash (bounded, least recently
 // used evicted first), and on disk per hash the single-slice bundle it was compiled from
 // (`<dir>/<hex64>.bundle`, so a restarted agent can recompile, and forward, without asking the
-// client to resend) and the optimised object (`<dir>/<hex64>.obj`, see object_file.hpp), also
-// bounded. Private to jit/.
+// client to resend), the optimised object (`<dir>/<hex64>.obj`, see object_file.hpp) and, for a
+// GPU slice, its PTX per GPU architecture (`<dir>/<hex64>.sm<NN>.ptx`, see ptx_cache.hpp), also
+// bounded: a hash's files are evicted together. Private to jit/.
 
 #include <atomic>
 #include <cstddef>
@@ -26,8 +27,20 @@
 
 namespace bitship::jit {
 
-/// What the disk cache holds for a hash.
-enum class DiskFile { bundle, object };
+/// One of the files the disk cache holds for a hash: DiskFile::bundle, DiskFile::object, or
+/// DiskFile::ptx(sm).
+struct DiskFile {
+    enum class Kind : std::uint8_t { bundle, object, ptx };
+    Kind kind = Kind::bundle;
+    unsigned sm = 0; ///< Kind::ptx: the GPU architecture it was made for (sm_<sm>)
+
+    static const DiskFile bundle;
+    static const DiskFile object;
+    static constexpr DiskFile ptx(unsigned sm) { return {Kind::ptx, sm}; }
+    friend bool operator==(const DiskFile&, const DiskFile&) = default;
+};
+inline constexpr DiskFile DiskFile::bundle{DiskFile::Kind::bundle, 0};
+inline constexpr DiskFile DiskFile::object{DiskFile::Kind::object, 0};
 
 class CodeCache {
 public:
@@ -70,7 +83,7 @@ public:
     /// The file's bytes, or code_missing when there is none (io_error when it cannot be read).
     /// Marks the hash used (also in the file's mtime, for the next process's eviction order).
     [[nodiscard]] Result<std::vector<std::byte>> read(const CodeHash& hash, DiskFile kind);
-    /// Deletes the file for `hash` (or both when `kind` is empty), if any.
+    /// Deletes the file for `hash` (or all of them when `kind` is empty), if any.
     void remove(const CodeHash& hash, std::optional<DiskFile> kind = std::nullopt);
     [[nodiscard]] std::filesystem::path path_of(const CodeHash& hash, DiskFile kind = DiskFile::bundle) const;
     /// Bytes of the files indexed (this process's view; another agent sharing the directory
@@ -104,7 +117,11 @@ private:
     struct DiskEntry {
         std::size_t bundle_bytes = 0;
         std::size_t object_bytes = 0;
+        std::map<unsigned, std::size_t> ptx_bytes; ///< by sm
         std::int64_t last_use = 0; ///< a file_time count: ordering only
+        /// The size recorded for `kind`'s file (0: none).
+        std::size_t& bytes_of(const DiskFile& kind);
+        [[nodiscard]] std::size_t total() const;
     };
 
     std::filesystem::path dir_;

@@ -35,7 +35,9 @@
 #include "entry_closure.hpp"
 #include "llvm_error.hpp"
 #include "optimise.hpp"
+#include "ptx_compile.hpp"
 #include "sfi_pass.hpp"
+#include "slice_check.hpp"
 #include "stage_clock.hpp"
 
 namespace bitship::jit {
@@ -110,18 +112,21 @@ struct InProcessCompiler::State {
     Sandbox sandbox = Sandbox::none;
     std::unique_ptr<TargetMachinePool> fast_machines;      // Tier::fast codegen
     std::unique_ptr<TargetMachinePool> optimised_machines; // Tier::optimised passes and codegen
+    std::vector<std::byte> libdevice; // what compile_ptx links; read-only after create
 };
 
 InProcessCompiler::InProcessCompiler(std::unique_ptr<State> state) : state_(std::move(state)) {}
 InProcessCompiler::~InProcessCompiler() = default;
 
 Result<std::unique_ptr<InProcessCompiler>> InProcessCompiler::create(SymbolNames allowed, unsigned opt_level,
-                                                                     Sandbox sandbox) {
+                                                                     Sandbox sandbox, std::vector<std::byte> libdevice) {
     init_native_target();
+    init_ptx_target();
     auto state = std::make_unique<State>();
     state->allowed = std::move(allowed);
     state->opt_level = opt_level;
     state->sandbox = sandbox;
+    state->libdevice = std::move(libdevice);
     auto builder = orc::JITTargetMachineBuilder::detectHost();
     if (!builder) return tl::make_unexpected(to_error(builder.takeError(), Errc::internal, "detecting the host target"));
     // PIC: JITLink places code anywhere in the address space.
@@ -145,32 +150,11 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
     const std::string hex = to_hex(expected, kHashDigitsInMessages);
     auto mark = Clock::now();
 
-    // 1. The container: lengths, offsets, and every slice against its hash.
-    auto view = BundleView::parse(bundle);
-    if (!view) return tl::make_unexpected(view.error());
-
-    // 2. The slice asked for, by content.
-    const SliceView* slice = nullptr;
-    for (const auto& s : view->slices)
-        if (s.hash == expected) slice = &s;
-    if (slice == nullptr) return fail(Errc::malformed_bundle, "no slice hashes to " + hex);
-
-    // 3. Made for this architecture and OS.
-    if (normalise_triple(slice->triple) == normalise_triple(kGpuTriple))
-        return fail(Errc::no_matching_slice,
-                    fmt::format("slice {} is for an NVIDIA GPU ({}); this agent runs {} and no GPU kernels (bundle has "
-                                "slices for [{}])",
-                                hex, slice->triple, me.triple, view->triples()));
-    if (normalise_triple(slice->triple) != normalise_triple(me.triple))
-        return fail(Errc::no_matching_slice,
-                    fmt::format("bundle has slices for [{}]; this agent runs {}", view->triples(), me.triple));
-
-    // 4. Not made by a newer LLVM than ours. Bitcode is stable within a major.minor release
-    //    line, so the patch level does not count.
-    if (std::pair(slice->llvm.major, slice->llvm.minor) > std::pair(me.llvm.major, me.llvm.minor))
-        return fail(Errc::producer_too_new,
-                    fmt::format("slice {} was made by LLVM {}; this agent links LLVM {}", hex,
-                                to_string(slice->llvm), to_string(me.llvm)));
+    // 1-4. The container, the slice asked for, made for this host by an LLVM not newer than ours.
+    auto checked = check_slice(bundle, expected, SliceTarget::host);
+    if (!checked) return tl::make_unexpected(checked.error());
+    const BundleView* view = &checked->view;
+    const SliceView* slice = &checked->slice();
     stats.verify_ms = lap_ms(mark);
 
     // 5. Bitcode → IR, in a context of its own (modules of other compiles never share it).
@@ -237,8 +221,25 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
     }
     stats.codegen_ms = lap_ms(mark);
     stats.tier = static_cast<unsigned>(tier);
-    if (view->slices.size() != 1)
-        out.slice_bundle = extract_slice(*view, static_cast<std::size_t>(slice - view->slices.data()));
+    if (view->slices.size() != 1) out.slice_bundle = extract_slice(*view, checked->index);
+    return out;
+}
+
+Result<CompiledPtx> InProcessCompiler::compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected,
+                                                   unsigned sm) {
+    CompiledPtx out;
+    auto mark = Clock::now();
+    // 1-4. As for a CPU slice, but for an NVIDIA GPU.
+    auto checked = check_slice(bundle, expected, SliceTarget::gpu);
+    if (!checked) return tl::make_unexpected(checked.error());
+    out.stats.verify_ms = lap_ms(mark);
+    // 5-7. Parse, verify, libdevice, O3 and PTX emission: compile_to_ptx's.
+    auto ptx = compile_to_ptx(checked->slice().bitcode, sm, std::span<const std::byte>(state_->libdevice));
+    if (!ptx) return tl::make_unexpected(ptx.error());
+    out.stats.codegen_ms = lap_ms(mark);
+    out.stats.tier = static_cast<unsigned>(Tier::optimised);
+    out.ptx = std::move(*ptx);
+    if (checked->view.slices.size() != 1) out.slice_bundle = extract_slice(checked->view, checked->index);
     return out;
 }
 

@@ -28,16 +28,19 @@ using SymbolNames = std::set<std::string, std::less<>>;
 class InProcessCompiler final : public ObjectCompiler {
 public:
     /// `opt_level` (0..3) is Tier::optimised's. With Sandbox::sfi every compile, at either
-    /// tier, runs confine_memory (sfi_pass.hpp) just before code generation. Initialises
-    /// LLVM's native target (once).
+    /// tier, runs confine_memory (sfi_pass.hpp) just before code generation. `libdevice`: the
+    /// bytes of libdevice.10.bc that compile_ptx links (read_libdevice(); empty: none, and a GPU
+    /// kernel that calls it is no_device). Initialises LLVM's native and NVPTX targets (once).
     static Result<std::unique_ptr<InProcessCompiler>> create(SymbolNames allowed, unsigned opt_level,
-                                                             Sandbox sandbox = Sandbox::none);
+                                                             Sandbox sandbox = Sandbox::none,
+                                                             std::vector<std::byte> libdevice = {});
     ~InProcessCompiler() override;
     InProcessCompiler(const InProcessCompiler&) = delete;
     InProcessCompiler& operator=(const InProcessCompiler&) = delete;
 
     Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
                                    std::string_view only = {}) override;
+    Result<CompiledPtx> compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected, unsigned sm) override;
 
     struct State;
 

@@ -1,11 +1,14 @@
 // bitship-compiler: the process that reads shipped bitcode for an agent (xagent starts and
 // restarts it; it is no tool for people). It speaks compiler_protocol.hpp on fd 3:
 //
-//   1. HELLO from the agent: the opt level, the sandbox mode and the allow-list's names.
-//   2. LLVM initialised, fatal-error and out-of-memory handlers installed, one throwaway compile
-//      at each tier (so every lazy first-use set-up is done), then the seccomp filter
-//      (compiler_sandbox.hpp): from here on only the socket, memory, clocks and exit.
-//   3. READY, then COMPILE → COMPILED or FAILED, one at a time, until the agent closes the socket.
+//   1. HELLO from the agent: the opt level, the sandbox mode, the allow-list's names and
+//      libdevice's bytes (the agent reads the file: this process opens none once confined).
+//   2. LLVM initialised (its native and NVPTX targets), fatal-error and out-of-memory handlers
+//      installed, one throwaway compile at each tier (so every lazy first-use set-up is done),
+//      then the seccomp filter (compiler_sandbox.hpp): from here on only the socket, memory,
+//      clocks and exit.
+//   3. READY, then COMPILE → COMPILED (object code) or PTX_COMPILED (PTX), or FAILED, one at a
+//      time, until the agent closes the socket.
 //
 // The agent sets this process's CPU-time limit before each COMPILE and its address-space limit
 // after READY (prlimit), and watches the wall clock. Whatever stops this process (a signal, a
@@ -163,7 +166,8 @@ int main(int argc, char** argv) {
     llvm::install_bad_alloc_error_handler(on_llvm_bad_alloc, nullptr);
     std::set_new_handler(on_new_failure);
     bitship::jit::SymbolNames allowed(hello->allowed.begin(), hello->allowed.end());
-    auto compiler = bitship::jit::InProcessCompiler::create(std::move(allowed), hello->opt_level, hello->sandbox);
+    auto compiler = bitship::jit::InProcessCompiler::create(std::move(allowed), hello->opt_level, hello->sandbox,
+                                                            std::move(hello->libdevice));
     if (!compiler) {
         (void)send(proto::encode(proto::CompileFailure{0, compiler.error(), true}));
         return kExitFatal;
@@ -197,9 +201,15 @@ int main(int argc, char** argv) {
         if (auto fault = fault_asked(request->bundle); !fault.empty()) misbehave(fault);
         std::vector<std::byte> reply;
         try {
-            auto made = (*compiler)->compile(request->bundle, request->expected, request->tier, request->only);
-            reply = made ? proto::encode(proto::CompileReply{request->id, std::move(*made)})
-                         : proto::encode(proto::CompileFailure{request->id, made.error(), false});
+            if (request->target == proto::Target::ptx) {
+                auto made = (*compiler)->compile_ptx(request->bundle, request->expected, request->sm);
+                reply = made ? proto::encode(proto::PtxReply{request->id, std::move(*made)})
+                             : proto::encode(proto::CompileFailure{request->id, made.error(), false});
+            } else {
+                auto made = (*compiler)->compile(request->bundle, request->expected, request->tier, request->only);
+                reply = made ? proto::encode(proto::CompileReply{request->id, std::move(*made)})
+                             : proto::encode(proto::CompileFailure{request->id, made.error(), false});
+            }
         } catch (const std::bad_alloc&) {
             on_new_failure();
         }

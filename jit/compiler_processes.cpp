@@ -289,6 +289,7 @@ Result<std::unique_ptr<CompilerProcesses>> CompilerProcesses::start(CompilerProc
     hello.opt_level = options.opt_level;
     hello.sandbox = options.sandbox;
     hello.allowed = options.allowed;
+    hello.libdevice = std::move(options.libdevice);
     state->hello = proto::encode(hello);
     state->options = std::move(options);
     state->slots.resize(state->options.processes);
@@ -304,15 +305,27 @@ Result<std::unique_ptr<CompilerProcesses>> CompilerProcesses::start(CompilerProc
     return std::unique_ptr<CompilerProcesses>(new CompilerProcesses(std::move(state)));
 }
 
-Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
-                                                  std::string_view only) {
-    State& st = *state_;
+namespace {
+
+/// What one reply type becomes: a decoded COMPILED or PTX_COMPILED, checked against its request.
+template <class Made> struct Accepted {
+    std::optional<Made> made;
+    std::string why_not; ///< when `made` is empty: what was wrong with the reply
+};
+
+/// Steps 1-4 of every compile through a process: `request(id)` (the encoded COMPILE) goes to a
+/// free process, and its answer of type `reply` becomes what `accept` makes of the frame; a FAILED
+/// becomes its error. Whatever else the process does (dies, overruns a limit, sends garbage or
+/// something `accept` refuses) is compile_failed naming it, and the process is replaced.
+template <class Made, class Request, class Accept>
+Result<Made> exchange(CompilerProcesses::State& st, std::span<const std::byte> bundle, const CodeHash& expected,
+                      Request request_for, proto::Type reply, Accept accept) {
     const std::string hex = to_hex(expected, kHashDigitsInMessages);
     if (bundle.size() > proto::kMaxRequestFrame - 64)
         return fail(Errc::too_large, fmt::format("slice {}: a bundle of {} bytes is more than a compiler takes", hex, bundle.size()));
     const std::size_t slot = st.acquire();
     struct Release {
-        State& st;
+        CompilerProcesses::State& st;
         std::size_t slot;
         ~Release() { st.release(slot); }
     } release{st, slot};
@@ -323,7 +336,7 @@ Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bun
         std::lock_guard lock(st.mutex);
         id = st.next_id++;
     }
-    const auto request = proto::encode(proto::CompileRequest{id, tier, expected, bundle, only});
+    const auto request = request_for(id);
     std::optional<std::chrono::nanoseconds> cpu_at_start;
     // 1. A live, ready process takes the request. One that turns out dead before it has read a
     //    byte of it (killed while idle) is replaced and the request sent again, once.
@@ -343,7 +356,7 @@ Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bun
     // 3. The answer, by the wall-clock deadline and within the CPU limit.
     const auto wall = std::max(st.options.cpu_limit * kWallPerCpu, st.options.cpu_limit + kWallSlack);
     const auto deadline = Clock::now() + wall;
-    auto died = [&](std::string what) -> Result<CompiledObject> {
+    auto died = [&](std::string what) -> Result<Made> {
         st.restart(p);
         return fail(Errc::compile_failed, fmt::format("{} while compiling slice {} (the compiler was restarted; this slice "
                                                       "is not retried)", what, hex));
@@ -364,12 +377,11 @@ Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bun
     }
     // 4. Decoded as hostile bytes: any inconsistency kills the process.
     auto type = proto::type_of(*frame);
-    if (type && *type == proto::Type::compiled) {
-        auto reply = proto::decode_compiled(*frame);
-        if (reply && reply->id == id && reply->made.slice_bundle.size() <= bundle.size()) return std::move(reply->made);
+    if (type && *type == reply) {
+        Accepted<Made> accepted = accept(*frame, id);
+        if (accepted.made) return std::move(*accepted.made);
         (void)st.reap(p, cpu_at_start, true);
-        return died(fmt::format("compiler process sent a malformed reply ({})",
-                                !reply ? reply.error().message : reply->id != id ? "another request's id" : "a slice larger than the bundle"));
+        return died(fmt::format("compiler process sent a malformed reply ({})", accepted.why_not));
     }
     if (type && *type == proto::Type::failed) {
         auto failure = proto::decode_failed(*frame);
@@ -388,6 +400,40 @@ Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bun
     }
     (void)st.reap(p, cpu_at_start, true);
     return died("compiler process sent a malformed reply");
+}
+
+} // namespace
+
+Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
+                                                  std::string_view only) {
+    return exchange<CompiledObject>(
+        *state_, bundle, expected,
+        [&](std::uint64_t id) { return proto::encode(proto::CompileRequest{id, tier, expected, bundle, only}); },
+        proto::Type::compiled, [&](std::span<const std::byte> frame, std::uint64_t id) -> Accepted<CompiledObject> {
+            auto reply = proto::decode_compiled(frame);
+            if (!reply) return {std::nullopt, reply.error().message};
+            if (reply->id != id) return {std::nullopt, "another request's id"};
+            if (reply->made.slice_bundle.size() > bundle.size()) return {std::nullopt, "a slice larger than the bundle"};
+            return {std::move(reply->made), {}};
+        });
+}
+
+Result<CompiledPtx> CompilerProcesses::compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected, unsigned sm) {
+    return exchange<CompiledPtx>(
+        *state_, bundle, expected,
+        [&](std::uint64_t id) {
+            proto::CompileRequest request{id, Tier::optimised, expected, bundle, {}};
+            request.target = proto::Target::ptx;
+            request.sm = sm;
+            return proto::encode(request);
+        },
+        proto::Type::compiled_ptx, [&](std::span<const std::byte> frame, std::uint64_t id) -> Accepted<CompiledPtx> {
+            auto reply = proto::decode_compiled_ptx(frame);
+            if (!reply) return {std::nullopt, reply.error().message};
+            if (reply->id != id) return {std::nullopt, "another request's id"};
+            if (reply->made.slice_bundle.size() > bundle.size()) return {std::nullopt, "a slice larger than the bundle"};
+            return {std::move(reply->made), {}};
+        });
 }
 
 } // namespace bitship::jit

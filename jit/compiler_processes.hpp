@@ -3,6 +3,9 @@
 // processes (compiler_main.cpp), each compiling one slice at a time, started at agent start and
 // restarted when one dies. Private to jit/.
 //
+// PTX compiles (compile_ptx) go the same way, one at a time in the same processes, under the same
+// limits; their reply is PTX_COMPILED instead of COMPILED.
+//
 // Per compile: a CPU-time limit (the process's CPU clock, read every 20 ms while the agent waits,
 // relative to what it had used before the request; the process is killed past it. Not
 // RLIMIT_CPU: raising it on a live process does not move the kernel's SIGXCPU, so a
@@ -38,6 +41,9 @@ struct CompilerProcessOptions {
     unsigned opt_level = 2;            ///< Tier::optimised's
     Sandbox sandbox = Sandbox::none;   ///< how the code is confined (sent in HELLO)
     std::vector<std::string> allowed;  ///< the allow-list's names
+    /// libdevice.10.bc's bytes, sent in every process's HELLO for its PTX compiles (a confined
+    /// compiler opens no file); empty: none on this host.
+    std::vector<std::byte> libdevice;
     std::chrono::seconds cpu_limit{10}; ///< CPU time per compile
     std::size_t memory_bytes = 2048ull << 20; ///< address space per process beyond its start-up size
 };
@@ -54,6 +60,7 @@ public:
 
     Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
                                    std::string_view only = {}) override;
+    Result<CompiledPtx> compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected, unsigned sm) override;
 
     struct State;
 

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "core/byte_io.hpp"
+#include "ptx_compile.hpp"
 
 namespace bitship::jit::compiler_protocol {
 namespace {
@@ -65,6 +66,7 @@ std::vector<std::byte> encode(const Hello& m) {
     w.u8(static_cast<std::uint8_t>(m.sandbox));
     w.u32(static_cast<std::uint32_t>(m.allowed.size()));
     for (const auto& n : m.allowed) w.str16(n);
+    w.blob32(m.libdevice);
     return std::move(w).take();
 }
 
@@ -79,6 +81,8 @@ std::vector<std::byte> encode(const CompileRequest& m) {
     auto w = start(Type::compile);
     w.u64(m.id);
     w.u8(static_cast<std::uint8_t>(m.tier));
+    w.u8(static_cast<std::uint8_t>(m.target));
+    w.u16(static_cast<std::uint16_t>(m.sm));
     w.str16(m.only);
     w.raw(std::as_bytes(std::span(m.expected)));
     w.blob32(m.bundle);
@@ -100,6 +104,16 @@ std::vector<std::byte> encode(const CompileReply& m) {
     return std::move(w).take();
 }
 
+std::vector<std::byte> encode(const PtxReply& m) {
+    auto w = start(Type::compiled_ptx);
+    w.u64(m.id);
+    put_f64(w, m.made.stats.verify_ms);
+    put_f64(w, m.made.stats.codegen_ms);
+    w.blob32(m.made.slice_bundle);
+    w.blob32(std::as_bytes(std::span(m.made.ptx.data(), m.made.ptx.size())));
+    return std::move(w).take();
+}
+
 std::vector<std::byte> encode(const CompileFailure& m) {
     auto w = start(Type::failed);
     w.u64(m.id);
@@ -112,7 +126,7 @@ std::vector<std::byte> encode(const CompileFailure& m) {
 Result<Type> type_of(std::span<const std::byte> payload) {
     if (payload.empty()) return tl::make_unexpected(malformed("empty frame"));
     auto t = static_cast<std::uint8_t>(payload[0]);
-    if (t < static_cast<std::uint8_t>(Type::hello) || t > static_cast<std::uint8_t>(Type::failed))
+    if (t < static_cast<std::uint8_t>(Type::hello) || t > static_cast<std::uint8_t>(Type::compiled_ptx))
         return tl::make_unexpected(malformed(fmt::format("unknown message type {}", t)));
     return static_cast<Type>(t);
 }
@@ -143,6 +157,11 @@ Result<Hello> decode_hello(std::span<const std::byte> payload) {
         if (!n) return tl::make_unexpected(malformed("truncated name in HELLO"));
         m.allowed.emplace_back(*n);
     }
+    auto libdevice = r->blob32();
+    if (!libdevice) return tl::make_unexpected(malformed("truncated libdevice in HELLO"));
+    if (libdevice->size() > kMaxLibdeviceBytes)
+        return tl::make_unexpected(malformed(fmt::format("HELLO's libdevice of {} bytes", libdevice->size())));
+    m.libdevice.assign(libdevice->begin(), libdevice->end());
     if (auto end = at_end(*r, "HELLO"); !end) return tl::make_unexpected(end.error());
     return m;
 }
@@ -163,14 +182,32 @@ Result<CompileRequest> decode_compile(std::span<const std::byte> payload) {
     CompileRequest m;
     auto id = r->u64();
     auto tier = r->u8();
+    auto target = r->u8();
+    auto sm = r->u16();
     auto only = r->str16();
     auto hash = r->bytes(m.expected.size());
     auto bundle = r->blob32();
-    if (!id || !tier || !only || !hash || !bundle) return tl::make_unexpected(malformed("truncated COMPILE"));
+    if (!id || !tier || !target || !sm || !only || !hash || !bundle) return tl::make_unexpected(malformed("truncated COMPILE"));
     if (*tier > static_cast<std::uint8_t>(Tier::optimised)) return tl::make_unexpected(malformed(fmt::format("tier {}", *tier)));
+    if (*target > static_cast<std::uint8_t>(Target::ptx))
+        return tl::make_unexpected(malformed(fmt::format("COMPILE's target {}", *target)));
+    // One encoding per request: an object names no sm; PTX is made whole, at O3, for a GPU
+    // architecture LLVM knows.
+    if (*target == static_cast<std::uint8_t>(Target::object) && *sm != 0)
+        return tl::make_unexpected(malformed(fmt::format("COMPILE's sm {} for object code", *sm)));
+    if (*target == static_cast<std::uint8_t>(Target::ptx)) {
+        if (*sm < kMinPtxSm || *sm > kMaxPtxSm)
+            return tl::make_unexpected(
+                malformed(fmt::format("COMPILE's sm {} (PTX is made for sm {}..{})", *sm, kMinPtxSm, kMaxPtxSm)));
+        if (*tier != static_cast<std::uint8_t>(Tier::optimised))
+            return tl::make_unexpected(malformed(fmt::format("COMPILE's tier {} for PTX (made optimised only)", *tier)));
+        if (!only->empty()) return tl::make_unexpected(malformed("COMPILE's only entry for PTX (made whole only)"));
+    }
     if (auto end = at_end(*r, "COMPILE"); !end) return tl::make_unexpected(end.error());
     m.id = *id;
     m.tier = static_cast<Tier>(*tier);
+    m.target = static_cast<Target>(*target);
+    m.sm = *sm;
     m.only = *only;
     std::memcpy(m.expected.data(), hash->data(), m.expected.size());
     m.bundle = *bundle;
@@ -217,6 +254,31 @@ Result<CompileReply> decode_compiled(std::span<const std::byte> payload) {
     if (auto end = at_end(*r, "COMPILED"); !end) return tl::make_unexpected(end.error());
     m.made.slice_bundle.assign(slice->begin(), slice->end());
     m.made.object.assign(object->begin(), object->end());
+    return m;
+}
+
+Result<PtxReply> decode_compiled_ptx(std::span<const std::byte> payload) {
+    auto r = open(payload, Type::compiled_ptx);
+    if (!r) return tl::make_unexpected(r.error());
+    PtxReply m;
+    auto id = r->u64();
+    if (!id) return tl::make_unexpected(malformed("truncated PTX_COMPILED"));
+    m.id = *id;
+    for (double* stage : {&m.made.stats.verify_ms, &m.made.stats.codegen_ms}) {
+        auto v = get_stage_ms(*r);
+        if (!v) return tl::make_unexpected(malformed("PTX_COMPILED's stage times"));
+        *stage = *v;
+    }
+    m.made.stats.tier = static_cast<unsigned>(Tier::optimised);
+    auto slice = r->blob32();
+    auto ptx = r->blob32();
+    if (!slice || !ptx) return tl::make_unexpected(malformed("truncated PTX_COMPILED"));
+    if (ptx->empty()) return tl::make_unexpected(malformed("PTX_COMPILED with no PTX"));
+    if (std::find(ptx->begin(), ptx->end(), std::byte{0}) != ptx->end())
+        return tl::make_unexpected(malformed("PTX_COMPILED's PTX holds a NUL byte"));
+    if (auto end = at_end(*r, "PTX_COMPILED"); !end) return tl::make_unexpected(end.error());
+    m.made.slice_bundle.assign(slice->begin(), slice->end());
+    m.made.ptx.assign(reinterpret_cast<const char*>(ptx->data()), ptx->size());
     return m;
 }
 

@@ -139,7 +139,7 @@ struct Engine::State {
     }
 
     AllowList allow;
-    std::unique_ptr<ObjectCompiler> compiler;
+    std::shared_ptr<ObjectCompiler> compiler; // shared with the Jit's PtxCache
     std::shared_ptr<MaterialisationLog> log; // shared with the link plugin and the session's error reporter
     std::unique_ptr<orc::LLJIT> lljit;
     orc::JITDylib* runtime = nullptr;
@@ -253,7 +253,7 @@ Result<void> Engine::warm_up() {
 
 /// Builds the LLJIT and the runtime dylib: detectHost, PIC (JITLink places code anywhere in the
 /// address space), JITLink with in-process memory, no platform, no process symbols.
-Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, std::unique_ptr<ObjectCompiler> compiler,
+Result<std::unique_ptr<Engine>> Engine::start(AllowList allow, std::shared_ptr<ObjectCompiler> compiler,
                                               Sandbox sandbox, CodeZones zones) {
     auto state = std::make_unique<State>();
     State& engine = *state;

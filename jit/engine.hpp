@@ -46,11 +46,11 @@ struct CompiledParts {
 
 class Engine {
 public:
-    /// Starts the LLJIT; `compiler` makes the object code compile() links. With Sandbox::sfi
-    /// the linker places code and data in `zones` (arena_memory.hpp). A unique_ptr: the
-    /// caller makes it shared, so the shared_ptr's control block comes from a file with RTTI
-    /// (see above).
-    static Result<std::unique_ptr<Engine>> start(AllowList allow, std::unique_ptr<ObjectCompiler> compiler,
+    /// Starts the LLJIT; `compiler` makes the object code compile() links (shared with the Jit's
+    /// PtxCache, which has it make PTX). With Sandbox::sfi the linker places code and data in
+    /// `zones` (arena_memory.hpp). A unique_ptr: the caller makes it shared, so the shared_ptr's
+    /// control block comes from a file with RTTI (see above).
+    static Result<std::unique_ptr<Engine>> start(AllowList allow, std::shared_ptr<ObjectCompiler> compiler,
                                                  Sandbox sandbox = Sandbox::none, CodeZones zones = {});
     ~Engine();
     Engine(const Engine&) = delete;

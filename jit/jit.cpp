@@ -1,15 +1,13 @@
 // Jit: compiles each hash once, keeps the result in the code cache (memory, and disk when
 // configured), and hands out CompiledCode. With two tiers a new hash is compiled fast and
 // served at once while TierUp compiles it fully optimised and swaps that in. The LLVM work
-// itself is the Engine's (engine.cpp).
+// itself is the Engine's (engine.cpp); GPU slices' PTX is the PtxCache's (ptx_cache.cpp).
 #include "jit.hpp"
 
 #include <algorithm>
 #include <cstdint>
-#include <future>
 #include <limits>
-#include <map>
-#include <mutex>
+#include <optional>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -21,6 +19,9 @@
 #include "compiler_processes.hpp"
 #include "engine.hpp"
 #include "object_file.hpp"
+#include "ptx_cache.hpp"
+#include "ptx_compile.hpp"
+#include "single_flight.hpp"
 #include "tier_up.hpp"
 
 namespace bitship::jit {
@@ -84,8 +85,9 @@ std::string describe(const CompileStats& s) {
 
 class JitImpl final : public Jit {
 public:
-    JitImpl(std::shared_ptr<Engine> engine, std::unique_ptr<CodeCache> cache, const JitOptions& options)
-        : engine_(std::move(engine)), cache_(std::move(cache)), tiers_(options.tiers),
+    JitImpl(std::shared_ptr<Engine> engine, std::unique_ptr<CodeCache> cache, std::shared_ptr<ObjectCompiler> compiler,
+            const JitOptions& options)
+        : engine_(std::move(engine)), cache_(std::move(cache)), ptx_(std::move(compiler), *cache_), tiers_(options.tiers),
           key_(ObjectKey::of_this_host(options.opt_level, options.sandbox)) {
         if (tiers_ > 1) tier_up_ = std::make_unique<TierUp>();
     }
@@ -110,7 +112,17 @@ public:
 
     std::vector<CachedCodeInfo> cached() const override { return cache_->list(); }
 
-    bool evict(const CodeHash& hash) override { return cache_->evict(hash); }
+    bool evict(const CodeHash& hash) override {
+        const bool code = cache_->evict(hash);
+        const bool ptx = ptx_.evict(hash);
+        return code || ptx;
+    }
+
+    Result<std::shared_ptr<const std::string>> compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected,
+                                                           unsigned sm) override {
+        return ptx_.get(bundle, expected, sm);
+    }
+    std::uint64_t ptx_compiles() const override { return ptx_.compiles(); }
 
     std::size_t tier_ups_pending() override { return tier_up_ ? tier_up_->pending() : 0; }
     std::uint64_t tier_ups_finished() const override { return tier_up_ ? tier_up_->finished() : 0; }
@@ -155,38 +167,19 @@ private:
     /// again). The code cached is enough unless it leaves `entry` out. `make` puts its code
     /// into the memory cache.
     template <class Make> CodeResult compile_once(const CodeHash& expected, std::string_view entry, Make make) {
-        auto cached_enough = [&] {
+        auto cached_enough = [&]() -> std::optional<CodeResult> {
             auto code = cache_->find(expected);
-            return code && !code->left_out(entry) ? code : nullptr;
+            if (code && !code->left_out(entry)) return code;
+            return std::nullopt;
         };
-        if (auto code = cached_enough()) return code;
-        std::promise<CodeResult> promise;
-        {
-            std::unique_lock lock(in_flight_mutex_);
-            if (auto code = cached_enough()) return code; // finished meanwhile
-            if (auto it = in_flight_.find(expected); it != in_flight_.end()) {
-                auto pending = it->second;
-                lock.unlock();
-                return pending.get();
-            }
-            in_flight_.emplace(expected, promise.get_future().share());
-        }
-        CodeResult result = [&]() -> CodeResult {
+        return in_flight_.run(expected, cached_enough, [&]() -> CodeResult {
             try {
                 return make();
             } catch (const std::exception& e) { // bad_alloc, mostly: an answer, not a dead agent
                 return fail(Errc::internal,
                             fmt::format("compiling {}: {}", to_hex(expected, kHashDigitsInMessages), e.what()));
             }
-        }();
-        // The code went into the memory cache before leaving in_flight_, so no thread finds
-        // neither.
-        {
-            std::lock_guard lock(in_flight_mutex_);
-            in_flight_.erase(expected);
-        }
-        promise.set_value(result);
-        return result;
+        });
     }
 
     /// The first compile of a hash: tier 0 (for `entry` alone where it can) with tier 1 queued
@@ -225,6 +218,8 @@ private:
         auto bytes = cache_->read(hash, DiskFile::bundle);
         if (!bytes) return tl::make_unexpected(bytes.error());
         auto code = from_bundle(*bytes, hash, true);
+        // A GPU slice's bundle (kept by compile_ptx) is whole, just not CPU code: it stays.
+        if (!code && code.error().code == Errc::no_matching_slice) return code;
         if (!code) {
             // Whatever is wrong with the file (torn, tampered with, or code this agent no
             // longer accepts), the client still has the bundle: drop the file and ask for it.
@@ -328,6 +323,7 @@ private:
 
     std::shared_ptr<Engine> engine_; // declared before cache_: cached code unloads through it
     std::unique_ptr<CodeCache> cache_;
+    PtxCache ptx_; // after cache_, which it keeps PTX files in
     std::atomic<bool> stopping_{false};
     std::atomic<std::uint64_t> preloaded_{0};
     // After cache_ and engine_: its jobs (slice files written behind first calls, the preload)
@@ -335,19 +331,31 @@ private:
     BackgroundJobs background_{"bitship-jit-bg"};
     const unsigned tiers_;
     const ObjectKey key_; // what this agent's objects are made for
-    std::mutex in_flight_mutex_;
-    std::map<CodeHash, std::shared_future<CodeResult>> in_flight_;
+    SingleFlight<CodeHash, CodeResult> in_flight_;
     std::unique_ptr<TierUp> tier_up_; // null with one tier
 };
 
-/// The ObjectCompiler `options` ask for, checking for the allow-list's names.
-Result<std::unique_ptr<ObjectCompiler>> make_compiler(const JitOptions& options, const AllowList& allow) {
+/// libdevice's bytes, for GPU slices' PTX: the file `options` names (an error when it cannot be
+/// read), else the one find_libdevice() finds (a warning when it cannot be read), else none.
+Result<std::vector<std::byte>> libdevice_for(const JitOptions& options) {
+    if (!options.libdevice.empty()) return read_libdevice(options.libdevice);
+    auto found = read_libdevice(find_libdevice());
+    if (found) return found;
+    spdlog::warn("jit: GPU kernels that call libdevice will not compile: {}", found.error().describe());
+    return std::vector<std::byte>{};
+}
+
+/// The ObjectCompiler `options` ask for, checking for the allow-list's names. Shared by the
+/// Engine (CPU code) and the PtxCache (GPU code).
+Result<std::shared_ptr<ObjectCompiler>> make_compiler(const JitOptions& options, const AllowList& allow) {
+    auto libdevice = libdevice_for(options);
+    if (!libdevice) return tl::make_unexpected(libdevice.error());
     if (options.compiler.mode == CompilerMode::in_process) {
         SymbolNames names;
         for (const auto& [name, address] : allow.symbols()) names.insert(name);
-        auto c = InProcessCompiler::create(std::move(names), options.opt_level, options.sandbox);
+        auto c = InProcessCompiler::create(std::move(names), options.opt_level, options.sandbox, std::move(*libdevice));
         if (!c) return tl::make_unexpected(c.error());
-        return std::unique_ptr<ObjectCompiler>(std::move(*c));
+        return std::shared_ptr<ObjectCompiler>(std::move(*c));
     }
     auto program = find_compiler_program(options.compiler.path);
     if (!program) return tl::make_unexpected(program.error());
@@ -359,11 +367,12 @@ Result<std::unique_ptr<ObjectCompiler>> make_compiler(const JitOptions& options,
     po.opt_level = options.opt_level;
     po.sandbox = options.sandbox;
     for (const auto& [name, address] : allow.symbols()) po.allowed.push_back(name);
+    po.libdevice = std::move(*libdevice);
     po.cpu_limit = options.compiler.cpu_limit;
     po.memory_bytes = options.compiler.memory_mib << kMibShift;
     auto c = CompilerProcesses::start(std::move(po));
     if (!c) return tl::make_unexpected(c.error());
-    return std::unique_ptr<ObjectCompiler>(std::move(*c));
+    return std::shared_ptr<ObjectCompiler>(std::move(*c));
 }
 
 } // namespace
@@ -391,9 +400,10 @@ Result<std::unique_ptr<Jit>> Jit::create(JitOptions options) {
     if (!cache) return tl::make_unexpected(cache.error());
     auto compiler = make_compiler(options, *allow);
     if (!compiler) return tl::make_unexpected(compiler.error());
-    auto engine = Engine::start(std::move(*allow), std::move(*compiler), options.sandbox, options.zones);
+    auto engine = Engine::start(std::move(*allow), *compiler, options.sandbox, options.zones);
     if (!engine) return tl::make_unexpected(engine.error());
-    return std::unique_ptr<Jit>(new JitImpl(std::shared_ptr<Engine>(std::move(*engine)), std::move(*cache), options));
+    return std::unique_ptr<Jit>(
+        new JitImpl(std::shared_ptr<Engine>(std::move(*engine)), std::move(*cache), std::move(*compiler), options));
 }
 
 } // namespace bitship::jit

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -131,6 +132,10 @@ struct JitOptions {
     /// kArena*/kUnsafeStack/kStackOverflow symbols; its objects are cached apart from none's.
     Sandbox sandbox = Sandbox::none;
     CodeZones zones;
+    /// libdevice.10.bc, which GPU kernels' __nv_* calls are linked against (Jit::compile_ptx);
+    /// read once, by create() (no_device when it cannot be read), and handed to the compiler.
+    /// Empty: the one find_libdevice() finds ($CUDA_HOME, $CUDA_PATH, /usr/local/cuda), or none.
+    std::filesystem::path libdevice;
 };
 
 /// Where a compile spent its time, in milliseconds.
@@ -206,9 +211,31 @@ public:
     /// Every entry of the memory cache, least recently used first.
     [[nodiscard]] virtual std::vector<CachedCodeInfo> cached() const = 0;
 
-    /// Drops the cache's reference to `hash` (memory only; the disk copy stays). Code a caller
-    /// still holds is freed when the last holder lets go. False when `hash` was not cached.
+    /// Drops the cache's reference to `hash` (memory only; the disk copy stays), and the PTX
+    /// held for it. Code a caller still holds is freed when the last holder lets go. False when
+    /// `hash` was not cached.
     virtual bool evict(const CodeHash& hash) = 0;
+
+    /// The PTX for the nvptx64 slice `expected` of `bundle`, for GPUs of compute capability `sm`
+    /// (major*10+minor; PTX is made for sm_min(sm, 90), and kept once for all sm from 90 on):
+    /// checked like compile() checks a CPU slice (bundle structure, the slice hashing to
+    /// `expected`, triple nvptx64, producer LLVM not newer than ours), compiled where CPU code is
+    /// compiled (a bitship-compiler process, or in-process) with libdevice
+    /// (JitOptions::libdevice), and kept by (hash, sm) in memory and in the disk cache (the
+    /// slice's bundle too, so on_disk(expected) holds). An empty `bundle` takes the slice from
+    /// the disk cache (code_missing when it is not there). Concurrent first calls for one
+    /// (hash, sm) compile once.
+    /// Errors as compile(), plus no_device when libdevice is needed and not found, and
+    /// invalid_argument for an sm below 20.
+    /// @code
+    ///   auto ptx = jit->compile_ptx(bundle, hash, gpu.sm());   // first call: compiled
+    ///   gpu.load_module(hash, **ptx);
+    ///   auto again = jit->compile_ptx({}, hash, gpu.sm());     // memory, or disk after a restart
+    /// @endcode
+    virtual Result<std::shared_ptr<const std::string>> compile_ptx(std::span<const std::byte> bundle,
+                                                                   const CodeHash& expected, unsigned sm) = 0;
+    /// PTX made by compile_ptx so far: compiles, not calls served from memory or disk.
+    [[nodiscard]] virtual std::uint64_t ptx_compiles() const = 0;
 
     /// Blocks until every background tier-1 compile queued so far has finished, and every
     /// slice kept so far is on disk (with two tiers, a new slice's file is written behind its
@@ -224,7 +251,8 @@ public:
     /// Loads `hash` from the disk cache: the optimised object straight into the linker when one
     /// made for this LLVM, CPU, features and opt level is there (stats().from_object), else
     /// compiles the kept bundle (stats().from_disk); an object made for anything else is
-    /// removed and replaced. code_missing when the bundle is absent or unusable.
+    /// removed and replaced. code_missing when the bundle is absent or unusable;
+    /// no_matching_slice when it holds a GPU slice (compile_ptx's), which stays.
     virtual Result<std::shared_ptr<const CompiledCode>> load(const CodeHash& hash) = 0;
 
     /// Pays LLVM's one-time set-up now (a throwaway compile at each tier) so the first shipped kernel does

@@ -1,9 +1,10 @@
 #pragma once
 // What turns a bundle slice into object code: parse, verify, code policy, allow-list check,
-// host retargeting, optimisation and code generation. Two implementations: in this process
-// (compile_to_object.hpp), or in separate, confined compiler processes (compiler_processes.hpp)
-// so that no input can take the agent down. The Engine links what either returns. No LLVM type
-// here. Private to jit/.
+// host retargeting, optimisation and code generation; and a GPU slice into PTX. Two
+// implementations: in this process (compile_to_object.hpp), or in separate, confined compiler
+// processes (compiler_processes.hpp) so that no input can take the agent down. The Engine links
+// the objects either returns; the Jit keeps the PTX (ptx_cache.hpp). No LLVM type here. Private
+// to jit/.
 
 #include <cstddef>
 #include <memory>
@@ -36,6 +37,16 @@ struct CompiledObject {
     CompileStats stats; ///< verify, parse, optimise and codegen times; link_ms is the linker's
 };
 
+/// An nvptx64 slice compiled to PTX.
+struct CompiledPtx {
+    std::string ptx; ///< PTX text (no trailing NUL)
+    /// The single-slice bundle the PTX was made from; empty when the request's bundle was that
+    /// already (as CompiledObject::slice_bundle).
+    std::vector<std::byte> slice_bundle;
+    /// verify_ms: the bundle checks; codegen_ms: the rest (parse, libdevice, O3, PTX emission).
+    CompileStats stats;
+};
+
 class ObjectCompiler {
 public:
     virtual ~ObjectCompiler() = default;
@@ -47,6 +58,14 @@ public:
     /// limit). Thread-safe.
     virtual Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
                                            std::string_view only = {}) = 0;
+
+    /// The nvptx64 slice of `bundle` hashing to `expected` as PTX for sm_<sm> (kMinPtxSm..
+    /// kMaxPtxSm: the caller caps a newer GPU's), linked with the libdevice this compiler was
+    /// made with: the checks of compile() for an NVIDIA GPU's triple (check_slice), then
+    /// compile_to_ptx. Errors: those of compile() and of compile_to_ptx (no_device when
+    /// libdevice is needed and this compiler has none), plus compile_failed naming what stopped
+    /// a compiler process. Thread-safe.
+    virtual Result<CompiledPtx> compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected, unsigned sm) = 0;
 };
 
 } // namespace bitship::jit

@@ -47,16 +47,6 @@ namespace {
 
 constexpr const char* kTriple = "nvptx64-nvidia-cuda";
 
-void init_nvptx_target() {
-    static std::once_flag once;
-    std::call_once(once, [] {
-        LLVMInitializeNVPTXTargetInfo();
-        LLVMInitializeNVPTXTarget();
-        LLVMInitializeNVPTXTargetMC();
-        LLVMInitializeNVPTXAsmPrinter();
-    });
-}
-
 // Externals a kernel may leave for ptxas and the driver: the device's system calls.
 bool is_device_syscall(llvm::StringRef name) { return name == "vprintf" || name == "malloc" || name == "free"; }
 
@@ -100,6 +90,31 @@ std::string join(const std::vector<std::string>& names) {
 
 } // namespace
 
+void init_ptx_target() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        LLVMInitializeNVPTXTargetInfo();
+        LLVMInitializeNVPTXTarget();
+        LLVMInitializeNVPTXTargetMC();
+        LLVMInitializeNVPTXAsmPrinter();
+    });
+}
+
+Result<std::vector<std::byte>> read_libdevice(const std::filesystem::path& path) {
+    if (path.empty()) return std::vector<std::byte>{};
+    auto file = llvm::MemoryBuffer::getFile(path.string(), /*IsText=*/false, /*RequiresNullTerminator=*/false);
+    if (!file) return fail(Errc::no_device, fmt::format("cannot read libdevice {}: {}", path.string(), file.getError().message()));
+    auto* first = reinterpret_cast<const std::byte*>((*file)->getBufferStart());
+    return std::vector<std::byte>(first, first + (*file)->getBufferSize());
+}
+
+Result<std::string> compile_to_ptx(std::span<const std::byte> bitcode, unsigned sm,
+                                   const std::filesystem::path& libdevice) {
+    auto bytes = read_libdevice(libdevice);
+    if (!bytes) return tl::make_unexpected(bytes.error());
+    return compile_to_ptx(bitcode, sm, std::span<const std::byte>(*bytes));
+}
+
 std::filesystem::path find_libdevice() {
     const std::filesystem::path rel = "nvvm/libdevice/libdevice.10.bc";
     std::vector<std::filesystem::path> candidates;
@@ -114,8 +129,8 @@ std::filesystem::path find_libdevice() {
 }
 
 Result<std::string> compile_to_ptx(std::span<const std::byte> bitcode, unsigned sm,
-                                   const std::filesystem::path& libdevice) {
-    init_nvptx_target();
+                                   std::span<const std::byte> libdevice) {
+    init_ptx_target();
     llvm::LLVMContext context;
     // Linker and back-end diagnostics land here, so a failure can say what went wrong.
     std::string diagnostics;
@@ -181,18 +196,16 @@ Result<std::string> compile_to_ptx(std::span<const std::byte> bitcode, unsigned 
         if (libdevice.empty())
             return fail(Errc::no_device, "the kernel calls libdevice (__nv_*) but no libdevice.10.bc was found "
                                          "(set CUDA_HOME, or install the CUDA Toolkit)");
-        auto file = llvm::MemoryBuffer::getFile(libdevice.string());
-        if (!file)
-            return fail(Errc::no_device,
-                        fmt::format("cannot read libdevice {}: {}", libdevice.string(), file.getError().message()));
-        auto lib = llvm::getOwningLazyBitcodeModule(std::move(*file), context);
-        if (!lib)
-            return tl::make_unexpected(
-                to_error(lib.takeError(), Errc::compile_failed, "reading libdevice " + libdevice.string()));
+        // A view, not a copy: the module is linked and gone before this call returns.
+        auto file = llvm::MemoryBuffer::getMemBuffer(
+            llvm::StringRef(reinterpret_cast<const char*>(libdevice.data()), libdevice.size()), "libdevice.10.bc",
+            /*RequiresNullTerminator=*/false);
+        auto lib = llvm::getOwningLazyBitcodeModule(std::move(file), context);
+        if (!lib) return tl::make_unexpected(to_error(lib.takeError(), Errc::compile_failed, "reading libdevice"));
         (*lib)->setTargetTriple(kTriple);
         (*lib)->setDataLayout(module->getDataLayout());
         if (llvm::Linker::linkModules(*module, std::move(*lib), llvm::Linker::Flags::LinkOnlyNeeded))
-            return fail(Errc::compile_failed, "linking libdevice " + libdevice.string() + ": " + diagnostics);
+            return fail(Errc::compile_failed, "linking libdevice: " + diagnostics);
         drop_target_attributes(*module);
     }
 

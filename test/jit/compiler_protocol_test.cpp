@@ -9,8 +9,11 @@
 
 #include <array>
 #include <cstring>
+#include <limits>
+#include <string_view>
 
 #include "compiler_protocol.hpp"
+#include "ptx_compile.hpp"
 #include "test_runtime.hpp"
 
 using namespace bitship;
@@ -42,15 +45,49 @@ proto::CompileReply sample_reply() {
 
 /// Where COMPILED's entry count starts: after the type, the id, four stage times and the tier.
 constexpr std::size_t kEntryCountAt = 1 + 8 + 4 * 8 + 1;
+/// Where COMPILE's target and sm are: after the type, the id and the tier.
+constexpr std::size_t kTargetAt = 1 + 8 + 1;
+constexpr std::size_t kSmAt = kTargetAt + 1;
+
+proto::CompileRequest ptx_request(std::span<const std::byte> bundle, const CodeHash& hash) {
+    proto::CompileRequest r{43, jit::Tier::optimised, hash, bundle, {}};
+    r.target = proto::Target::ptx;
+    r.sm = 86;
+    return r;
+}
+
+proto::PtxReply sample_ptx_reply() {
+    proto::PtxReply r;
+    r.id = 8;
+    r.made.ptx = "//\n.version 8.5\n.target sm_86\n";
+    r.made.slice_bundle = {std::byte{1}, std::byte{2}};
+    r.made.stats.verify_ms = 0.25;
+    r.made.stats.codegen_ms = 30.5;
+    return r;
+}
+
+/// `what` refused as malformed_message, its message naming `field`.
+template <class T> void refused_naming(const Result<T>& what, std::string_view field) {
+    REQUIRE_FALSE(what);
+    CHECK(what.error().code == Errc::malformed_message);
+    CHECK_THAT(what.error().message, Catch::Contains(std::string(field)));
+}
 
 } // namespace
 
 TEST_CASE("every compiler protocol message decodes to what was encoded", "[unit]") {
-    auto hello = proto::decode_hello(proto::encode(proto::Hello{proto::kVersion, 3, jit::Sandbox::sfi, {"memcpy", "bs_args"}}));
+    CHECK(proto::kVersion == 5);
+    const std::vector<std::byte> libdevice(1000, std::byte{0xbc});
+    auto hello = proto::decode_hello(
+        proto::encode(proto::Hello{proto::kVersion, 3, jit::Sandbox::sfi, {"memcpy", "bs_args"}, libdevice}));
     REQUIRE(hello);
     CHECK(hello->opt_level == 3);
     CHECK(hello->sandbox == jit::Sandbox::sfi);
     CHECK(hello->allowed == std::vector<std::string>{"memcpy", "bs_args"});
+    CHECK(hello->libdevice == libdevice);
+    auto no_libdevice = proto::decode_hello(proto::encode(proto::Hello{proto::kVersion, 2, jit::Sandbox::none, {}, {}}));
+    REQUIRE(no_libdevice);
+    CHECK(no_libdevice->libdevice.empty());
 
     CodeHash h{};
     h.fill(0xab);
@@ -63,6 +100,27 @@ TEST_CASE("every compiler protocol message decodes to what was encoded", "[unit]
     CHECK(request->tier == jit::Tier::optimised);
     CHECK(request->expected == h);
     CHECK(std::equal(request->bundle.begin(), request->bundle.end(), bundle.begin(), bundle.end()));
+    CHECK(request->target == proto::Target::object);
+    CHECK(request->sm == 0);
+
+    auto ptx = proto::decode_compile(proto::encode(ptx_request(bundle, h)));
+    REQUIRE(ptx);
+    CHECK(ptx->id == 43);
+    CHECK(ptx->target == proto::Target::ptx);
+    CHECK(ptx->sm == 86);
+    CHECK(ptx->tier == jit::Tier::optimised);
+    CHECK(ptx->only.empty());
+    CHECK(ptx->expected == h);
+    CHECK(std::equal(ptx->bundle.begin(), ptx->bundle.end(), bundle.begin(), bundle.end()));
+
+    auto ptx_reply = proto::decode_compiled_ptx(proto::encode(sample_ptx_reply()));
+    REQUIRE(ptx_reply);
+    CHECK(ptx_reply->id == 8);
+    CHECK(ptx_reply->made.ptx == sample_ptx_reply().made.ptx);
+    CHECK(ptx_reply->made.slice_bundle.size() == 2);
+    CHECK(ptx_reply->made.stats.verify_ms == 0.25);
+    CHECK(ptx_reply->made.stats.codegen_ms == 30.5);
+    CHECK(proto::type_of(proto::encode(sample_ptx_reply())) == proto::Type::compiled_ptx);
 
     auto reply = proto::decode_compiled(proto::encode(sample_reply()));
     REQUIRE(reply);
@@ -136,6 +194,105 @@ TEST_CASE("a hostile compiler reply is refused as malformed, whatever part of it
         auto f = proto::decode_failed(bytes);
         REQUIRE(f);
         CHECK(f->error.code == Errc::compile_failed);
+    }
+}
+
+TEST_CASE("a HELLO of another protocol version is refused naming both versions", "[unit]") {
+    auto bytes = proto::encode(proto::Hello{proto::kVersion, 2, jit::Sandbox::none, {"memcpy"}, {}});
+    const std::uint32_t v4 = 4;
+    std::memcpy(bytes.data() + 1, &v4, sizeof v4);
+    auto refused = proto::decode_hello(bytes);
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code == Errc::unsupported_version);
+    CHECK_THAT(refused.error().message, Catch::Contains("version 4") && Catch::Contains("speaks 5"));
+
+    SECTION("and a libdevice cut short or over its cap is malformed") {
+        auto cut = proto::encode(proto::Hello{proto::kVersion, 2, jit::Sandbox::none, {}, std::vector<std::byte>(10)});
+        cut.pop_back();
+        refused_naming(proto::decode_hello(cut), "libdevice");
+        auto huge = proto::encode(proto::Hello{proto::kVersion, 2, jit::Sandbox::none, {}, {}});
+        const auto claimed = static_cast<std::uint32_t>(proto::kMaxLibdeviceBytes + 1);
+        std::memcpy(huge.data() + huge.size() - sizeof claimed, &claimed, sizeof claimed);
+        huge.resize(huge.size() + claimed);
+        refused_naming(proto::decode_hello(huge), "libdevice");
+    }
+}
+
+TEST_CASE("a COMPILE's target and sm are refused when out of range - naming the field", "[unit]") {
+    CodeHash h{};
+    const std::vector<std::byte> bundle(16, std::byte{3});
+    const auto object = proto::encode(proto::CompileRequest{1, jit::Tier::fast, h, bundle, "add"});
+    const auto ptx = proto::encode(ptx_request(bundle, h));
+    auto with_sm = [](std::vector<std::byte> bytes, std::uint16_t sm) {
+        std::memcpy(bytes.data() + kSmAt, &sm, sizeof sm);
+        return bytes;
+    };
+    SECTION("a target this build does not know") {
+        auto bad = ptx;
+        bad[kTargetAt] = std::byte{2};
+        refused_naming(proto::decode_compile(bad), "target 2");
+    }
+    SECTION("an sm for object code") { refused_naming(proto::decode_compile(with_sm(object, 90)), "sm 90"); }
+    SECTION("PTX for an sm LLVM does not make") {
+        refused_naming(proto::decode_compile(with_sm(ptx, 0)), "sm 0");
+        refused_naming(proto::decode_compile(with_sm(ptx, jit::kMinPtxSm - 1)), "sm 19");
+        refused_naming(proto::decode_compile(with_sm(ptx, jit::kMaxPtxSm + 1)), "sm 91");
+        CHECK(proto::decode_compile(with_sm(ptx, jit::kMinPtxSm)));
+        CHECK(proto::decode_compile(with_sm(ptx, jit::kMaxPtxSm)));
+    }
+    SECTION("PTX at tier 0") {
+        auto r = ptx_request(bundle, h);
+        r.tier = jit::Tier::fast;
+        refused_naming(proto::decode_compile(proto::encode(r)), "tier 0");
+    }
+    SECTION("PTX for one entry") {
+        auto r = ptx_request(bundle, h);
+        r.only = "add";
+        refused_naming(proto::decode_compile(proto::encode(r)), "only");
+    }
+    SECTION("cut short anywhere") {
+        for (std::size_t n = 0; n < ptx.size(); ++n) {
+            INFO(n);
+            auto r = proto::decode_compile(std::span(ptx.data(), n));
+            REQUIRE_FALSE(r);
+            CHECK(r.error().code == Errc::malformed_message);
+        }
+    }
+}
+
+TEST_CASE("a hostile PTX_COMPILED is refused as malformed - whatever part of it lies", "[unit]") {
+    auto good = proto::encode(sample_ptx_reply());
+    SECTION("cut short anywhere") {
+        for (std::size_t n = 0; n < good.size(); ++n) {
+            INFO(n);
+            auto r = proto::decode_compiled_ptx(std::span(good.data(), n));
+            REQUIRE_FALSE(r);
+            CHECK(r.error().code == Errc::malformed_message);
+        }
+    }
+    SECTION("no PTX") {
+        auto reply = sample_ptx_reply();
+        reply.made.ptx.clear();
+        refused_naming(proto::decode_compiled_ptx(proto::encode(reply)), "no PTX");
+    }
+    SECTION("a NUL inside the PTX (the driver would read less than was checked)") {
+        auto reply = sample_ptx_reply();
+        reply.made.ptx[3] = '\0';
+        refused_naming(proto::decode_compiled_ptx(proto::encode(reply)), "NUL");
+    }
+    SECTION("a stage time that is not a finite, sane number") {
+        auto bad = good;
+        const double nan = std::numeric_limits<double>::quiet_NaN();
+        std::memcpy(bad.data() + 1 + 8 + 8, &nan, sizeof nan);
+        refused_naming(proto::decode_compiled_ptx(bad), "stage times");
+    }
+    SECTION("trailing bytes") {
+        auto bad = good;
+        bad.push_back(std::byte{0});
+        refused_naming(proto::decode_compiled_ptx(bad), "trailing");
+    }
+    SECTION("a COMPILED is not a PTX_COMPILED") {
+        refused_naming(proto::decode_compiled_ptx(proto::encode(sample_reply())), "unexpected message type");
     }
 }
 

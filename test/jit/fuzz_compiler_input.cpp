@@ -5,10 +5,12 @@
 //   - every message that decodes encodes back to exactly the same bytes (one encoding each;
 //     a FAILED with a code this build does not know decodes again to the same message);
 //   - a decoded COMPILE's bundle lies inside the input;
-//   - a decoded COMPILED's sizes stay within the caps.
+//   - a decoded COMPILED's sizes stay within the caps; a decoded PTX_COMPILED's PTX is not empty
+//     and holds no NUL.
 // With BITSHIP_FUZZ_LLVM=1 in the environment, a COMPILE that decodes is also compiled in this
 // process (parse, verify, code policy, allow-list, tier-0 codegen; with Sandbox::sfi's
-// confine_memory when the request id is odd), as bitship-compiler would;
+// confine_memory when the request id is odd; or, for target ptx, compile_to_ptx without
+// libdevice), as bitship-compiler would;
 // LLVM 19's bitcode reader crashes on some byte-flipped slices (test/agents/crafted), which is
 // why the agent runs it in a separate process: expect such crashes there, not in our code.
 // Built with BITSHIP_FUZZ=ON (clang):
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include <bitship/bundle.hpp>
@@ -82,6 +85,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         round_trips(payload, m);
         break;
     }
+    case proto::Type::compiled_ptx: {
+        auto m = proto::decode_compiled_ptx(payload);
+        if (m) {
+            check(!m->made.ptx.empty() && m->made.ptx.find('\0') == std::string::npos);
+            check(m->made.ptx.size() + m->made.slice_bundle.size() < size);
+        }
+        round_trips(payload, m);
+        break;
+    }
     case proto::Type::compile: {
         auto m = proto::decode_compile(payload);
         round_trips(payload, m);
@@ -91,7 +103,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (auto view = bitship::BundleView::parse(m->bundle))
             for (const auto& s : view->slices) (void)bitship::normalise_triple(s.triple);
         const auto sandbox = (m->id & 1) != 0 ? bitship::jit::Sandbox::sfi : bitship::jit::Sandbox::none;
-        if (auto* compiler = llvm_compiler(sandbox)) (void)compiler->compile(m->bundle, m->expected, m->tier, m->only);
+        if (auto* compiler = llvm_compiler(sandbox)) {
+            if (m->target == proto::Target::ptx) (void)compiler->compile_ptx(m->bundle, m->expected, m->sm);
+            else (void)compiler->compile(m->bundle, m->expected, m->tier, m->only);
+        }
         break;
     }
     }

@@ -176,10 +176,18 @@ TEST_CASE("ptx: compile_to_ptx refuses what is not nvptx64 bitcode, and libdevic
     CHECK(cpu.error().code == Errc::invalid_bitcode);
     CHECK(cpu.error().message.find("x86_64") != std::string::npos);
 
-    auto no_lib = jit::compile_to_ptx(nvptx_slice(), 90, {});
+    auto no_lib = jit::compile_to_ptx(nvptx_slice(), 90, fs::path{});
     REQUIRE_FALSE(no_lib);
     CHECK(no_lib.error().code == Errc::no_device);
     CHECK(no_lib.error().message.find("libdevice") != std::string::npos);
+    auto no_bytes = jit::compile_to_ptx(nvptx_slice(), 90, std::span<const std::byte>{});
+    REQUIRE_FALSE(no_bytes);
+    CHECK(no_bytes.error().code == Errc::no_device);
+
+    auto unreadable = jit::compile_to_ptx(nvptx_slice(), 90, fs::path("/nonexistent/libdevice.10.bc"));
+    REQUIRE_FALSE(unreadable);
+    CHECK(unreadable.error().code == Errc::no_device);
+    CHECK(unreadable.error().message.find("/nonexistent/libdevice.10.bc") != std::string::npos);
 }
 
 TEST_CASE("ptx: ptxas accepts the PTX for sm_90", "[unit]") {
