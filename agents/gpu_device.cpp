@@ -1,0 +1,765 @@
+#include "gpu_device.hpp"
+
+#include "cuda_api.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <fmt/format.h>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unistd.h>
+
+namespace bitship::agent {
+namespace {
+
+using namespace std::chrono_literals;
+using cuda::CUdeviceptr;
+using cuda::CUresult;
+
+/// Each of the two pinned staging buffers that GPU region reads and writes go through.
+constexpr std::size_t kStagingBytes = std::size_t{8} << 20;
+/// Kernel argument and result buffers are allocated in multiples of this, and at least this.
+constexpr std::size_t kParamAlignment = 16;
+/// Room for the driver's PTX JIT error log.
+constexpr std::size_t kJitLogBytes = std::size_t{16} << 10;
+/// A launch is waited for by spinning this long, then by sleeping in growing steps up to
+/// kMaxPollSleep: kernels up to a few milliseconds (a pass over GPU memory) answer within a
+/// poll of finishing (a sleep oversleeps by the timer slack, 50 µs, which would be several
+/// percent of such a call), longer ones cost little CPU. A GPU host has the cores to spare.
+constexpr auto kSpinFor = 5ms;
+constexpr auto kFirstPollSleep = 5us;
+constexpr auto kMaxPollSleep = 100us;
+/// default_geometry(): threads a block and blocks per multiprocessor.
+constexpr unsigned kDefaultBlockThreads = 256;
+constexpr unsigned kDefaultBlocksPerMultiprocessor = 8;
+constexpr int kNameLength = 256;
+constexpr std::size_t kHashDigits = 12;
+constexpr std::size_t kDims = 3;
+
+void cpu_pause() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+std::size_t param_bytes(std::size_t n) {
+    return std::max(kParamAlignment, (n + kParamAlignment - 1) / kParamAlignment * kParamAlignment);
+}
+
+std::string describe(const GpuGeometry& g) {
+    return fmt::format("grid {}x{}x{}, block {}x{}x{}", g.grid[0], g.grid[1], g.grid[2], g.block[0],
+                       g.block[1], g.block[2]);
+}
+
+struct HostFree {
+    void operator()(void* p) const noexcept { std::free(p); }
+};
+
+} // namespace
+
+struct GpuDevice::Impl {
+    /// Device memory the device owns: grown, never shrunk.
+    struct DeviceBuffer {
+        CUdeviceptr pointer = 0;
+        std::size_t capacity = 0;
+    };
+    struct Region {
+        std::string name;
+        std::uint64_t size = 0;
+        CUdeviceptr pointer = 0; ///< 0 after a failed recreation, until the next one
+    };
+    /// A module's PTX is kept so a recreated context can load it again; `handle` is null until
+    /// then.
+    struct Module {
+        std::string ptx;
+        cuda::CUmodule handle = nullptr;
+        std::map<std::string, cuda::CUfunction, std::less<>> functions;
+    };
+    /// A pinned host buffer and the event recorded after the last copy that used it.
+    struct Staging {
+        std::unique_ptr<std::byte, HostFree> host;
+        bool registered = false;
+        cuda::CUevent done = nullptr;
+        bool pending = false; ///< `done` recorded and not yet waited for
+    };
+
+    Impl(std::shared_ptr<const CudaApi> api_in, int ordinal_in)
+        : api(std::move(api_in)), cu(*api), ordinal(ordinal_in),
+          where(fmt::format("GPU {}", ordinal_in)) {}
+    ~Impl();
+
+    std::shared_ptr<const CudaApi>
+        api; // keeps the table (and so the library) for this device's life
+    const CudaApi& cu;
+    const int ordinal;
+    const std::string where; ///< "GPU 0", what every message starts with
+
+    // Set by open(), constant afterwards.
+    cuda::CUdevice device = 0;
+    std::string name;
+    unsigned sm = 0;
+    unsigned multiprocessors = 0;
+    std::uint64_t memory_bytes = 0;
+    std::uint64_t max_threads_per_block = 0;
+    std::array<std::uint32_t, kDims> max_block{};
+    std::array<std::uint32_t, kDims> max_grid{};
+
+    std::atomic<std::uint64_t> context_resets{0};
+    std::atomic<std::uint64_t> launches{0};
+    std::atomic<std::uint64_t> modules_loaded{0};
+
+    // Everything below is guarded by `mutex`: the device's one stream does one thing at a time.
+    mutable std::mutex mutex;
+    cuda::CUcontext context = nullptr;
+    bool retained = false; ///< we hold one reference on the primary context
+    cuda::CUstream stream = nullptr;
+    std::array<Staging, 2> staging;
+    std::size_t next_staging = 0;
+    std::vector<Region> regions;
+    std::map<CodeHash, Module> modules;
+    DeviceBuffer args;
+    DeviceBuffer result;
+    DeviceBuffer table;         ///< the regions table: one CUdeviceptr per region
+    bool table_current = false; ///< `table` lists the regions' current pointers
+    std::string broken;         ///< why the context could not be recreated; empty when usable
+
+    // The steps below run with `mutex` held.
+
+    Result<void> make_context();
+    Result<void> recreate();
+    std::string recreate_and_say();
+    Result<void> ready();
+    Error refused(std::string_view call, CUresult r, Errc code) const;
+    Error failed(std::string_view call, CUresult r, Errc code = Errc::internal);
+    Result<void> allocate_zeroed(CUdeviceptr& pointer, std::uint64_t size, std::string_view what);
+    Result<void> reserve(DeviceBuffer& buffer, std::size_t size, std::string_view what);
+    Result<void> settle(Staging& s);
+    Result<void> upload(CUdeviceptr to, std::span<const std::byte> from);
+    Result<void> download(CUdeviceptr from, std::span<std::byte> to);
+    Result<void> load(const CodeHash& hash, Module& module);
+    Result<cuda::CUfunction> function(const CodeHash& hash, std::string_view entry);
+    Result<void> wait_for_kernel(std::string_view entry,
+                                 std::chrono::steady_clock::time_point start,
+                                 std::chrono::milliseconds timeout);
+    const Region* find_region(std::string_view region_name) const;
+    [[nodiscard]] std::string lost_regions() const;
+};
+
+// 1. Retain the primary context and make it current; 2. its stream and the staging events;
+// 3. pin the staging buffers (allocated once, in open()).
+Result<void> GpuDevice::Impl::make_context() {
+    if (CUresult r = cu.cuDevicePrimaryCtxRetain(&context, device); r != cuda::kSuccess)
+        return tl::make_unexpected(refused("cuDevicePrimaryCtxRetain", r, Errc::no_device));
+    retained = true;
+    if (CUresult r = cu.cuCtxSetCurrent(context); r != cuda::kSuccess)
+        return tl::make_unexpected(refused("cuCtxSetCurrent", r, Errc::no_device));
+    // Non-blocking: the stream does not wait for work others put on the legacy default stream.
+    if (CUresult r = cu.cuStreamCreate(&stream, cuda::kStreamNonBlocking); r != cuda::kSuccess)
+        return tl::make_unexpected(refused("cuStreamCreate", r, Errc::no_device));
+    for (auto& s : staging) {
+        if (CUresult r = cu.cuEventCreate(&s.done, cuda::kEventDisableTiming); r != cuda::kSuccess)
+            return tl::make_unexpected(refused("cuEventCreate", r, Errc::no_device));
+        // Portable: pinned for every context. UCX could register this same memory later (e.g. to
+        // send a region read straight from the staging buffer) without another copy.
+        CUresult r =
+            cu.cuMemHostRegister(s.host.get(), kStagingBytes, cuda::kMemHostRegisterPortable);
+        // A registration may outlive a context reset: then it is already pinned, which is all we
+        // need.
+        if (r != cuda::kSuccess && r != cuda::kErrorHostMemoryAlreadyRegistered)
+            return tl::make_unexpected(refused("cuMemHostRegister", r, Errc::no_device));
+        s.registered = true;
+    }
+    return {};
+}
+
+// A poisoned context is replaced: every handle it made is forgotten (resetting the primary
+// context destroys them all), it is reset, retained again, and what lived in it is made again:
+// the stream, the staging registrations, each GPU region (zeroed). Modules reload lazily, from
+// their kept PTX, when next used.
+//
+// Not checked on a GPU yet: whether resetting the context stops a kernel that never returns
+// (a launch past its timeout), or waits for it.
+Result<void> GpuDevice::Impl::recreate() {
+    for (auto& s : staging) {
+        // Not unregistered first: that may wait for a kernel still running, and the reset drops
+        // the registration (or it outlives it, and registering again says so, which is fine).
+        s.registered = false;
+        s.done = nullptr;
+        s.pending = false;
+    }
+    stream = nullptr;
+    for (auto& [hash, module] : modules) {
+        module.handle = nullptr;
+        module.functions.clear();
+    }
+    args = result = table = DeviceBuffer{};
+    table_current = false;
+    for (auto& region : regions)
+        region.pointer = 0;
+    // Our reference goes first (the last release resets the context too); the explicit reset
+    // then covers anyone else holding one. UCX's CUDA transports may: a reset pulls its
+    // registrations from under it (not yet an issue: nothing registers GPU memory with UCX).
+    if (retained) cu.cuDevicePrimaryCtxRelease(device);
+    retained = false;
+    context = nullptr;
+    broken = "recreating the context failed";
+    if (CUresult r = cu.cuDevicePrimaryCtxReset(device); r != cuda::kSuccess) {
+        broken = fmt::format("cuDevicePrimaryCtxReset failed: {}", cu.said(r));
+        return fail(Errc::no_device, broken);
+    }
+    if (auto made = make_context(); !made) {
+        broken = made.error().message;
+        return made;
+    }
+    for (auto& region : regions) {
+        if (auto r = allocate_zeroed(region.pointer, region.size, "region '" + region.name + "'");
+            !r) {
+            broken = r.error().message;
+            return r;
+        }
+    }
+    if (CUresult r = cu.cuStreamSynchronize(stream); r != cuda::kSuccess) {
+        broken = fmt::format("cuStreamSynchronize failed: {}", cu.said(r));
+        return fail(Errc::no_device, broken);
+    }
+    broken.clear();
+    context_resets.fetch_add(1, std::memory_order_relaxed);
+    return {};
+}
+
+/// Recreates the context and says so, for the message of the call that found it poisoned.
+std::string GpuDevice::Impl::recreate_and_say() {
+    if (auto r = recreate(); !r)
+        return fmt::format("; recreating the context failed ({}): the GPU is unusable until a "
+                           "later call recreates it",
+                           r.error().message);
+    return "; the context was recreated" + lost_regions();
+}
+
+std::string GpuDevice::Impl::lost_regions() const {
+    return regions.empty() ? "" : ", GPU regions were allocated again (their contents are lost)";
+}
+
+/// The start of every call that uses the driver: makes the context current on this thread (a
+/// worker may run on any thread), recreating it first if an earlier recreation failed.
+Result<void> GpuDevice::Impl::ready() {
+    if (!broken.empty()) {
+        if (auto r = recreate(); !r)
+            return fail(Errc::no_device,
+                        fmt::format("{} is unusable: its context could not be recreated: {}", where,
+                                    r.error().message));
+    }
+    if (CUresult r = cu.cuCtxSetCurrent(context); r != cuda::kSuccess)
+        return tl::make_unexpected(failed("cuCtxSetCurrent", r));
+    return {};
+}
+
+/// A driver call's failure as an error of `code`. What recreate() itself calls fails this way.
+Error GpuDevice::Impl::refused(std::string_view call, CUresult r, Errc code) const {
+    return Error{code, fmt::format("{}: {} failed: {}", where, call, cu.said(r))};
+}
+
+/// The same, and a sticky error (the context is poisoned) recreates the context at once; the
+/// message says so.
+Error GpuDevice::Impl::failed(std::string_view call, CUresult r, Errc code) {
+    Error error = refused(call, r, code);
+    if (cuda::is_sticky(r)) error.message += recreate_and_say();
+    return error;
+}
+
+Result<void> GpuDevice::Impl::allocate_zeroed(CUdeviceptr& pointer, std::uint64_t size,
+                                              std::string_view what) {
+    if (CUresult r = cu.cuMemAlloc(&pointer, size); r != cuda::kSuccess) {
+        pointer = 0;
+        return fail(Errc::no_device, fmt::format("{}: cannot allocate {} of {} bytes: {}", where,
+                                                 what, size, cu.said(r)));
+    }
+    if (CUresult r = cu.cuMemsetD8Async(pointer, 0, size, stream); r != cuda::kSuccess)
+        return tl::make_unexpected(refused("cuMemsetD8Async", r, Errc::no_device));
+    return {};
+}
+
+/// Makes `buffer` hold at least `size` bytes. The stream is idle between calls, so the old
+/// buffer is free to go.
+Result<void> GpuDevice::Impl::reserve(DeviceBuffer& buffer, std::size_t size,
+                                      std::string_view what) {
+    if (buffer.capacity >= size) return {};
+    if (buffer.pointer != 0) cu.cuMemFree(buffer.pointer);
+    buffer = DeviceBuffer{};
+    if (CUresult r = cu.cuMemAlloc(&buffer.pointer, size); r != cuda::kSuccess) {
+        buffer.pointer = 0;
+        return tl::make_unexpected(
+            failed(fmt::format("cuMemAlloc of {} bytes for the {}", size, what), r));
+    }
+    buffer.capacity = size;
+    return {};
+}
+
+/// Waits until the last copy that used `s` is done: before the host writes it, or reads it.
+Result<void> GpuDevice::Impl::settle(Staging& s) {
+    if (!s.pending) return {};
+    s.pending = false;
+    if (CUresult r = cu.cuEventSynchronize(s.done); r != cuda::kSuccess)
+        return tl::make_unexpected(failed("cuEventSynchronize", r));
+    return {};
+}
+
+// Host to device through the staging buffers, alternating: the host copies chunk i+1 into one
+// while the DMA engine reads chunk i from the other. The last copies may still run on return
+// (stream order keeps later work behind them; the host waits before touching the buffer again).
+Result<void> GpuDevice::Impl::upload(CUdeviceptr to, std::span<const std::byte> from) {
+    for (std::size_t done = 0; done < from.size();) {
+        Staging& s = staging[next_staging];
+        next_staging ^= 1;
+        const std::size_t n = std::min(kStagingBytes, from.size() - done);
+        if (auto r = settle(s); !r) return r;
+        std::memcpy(s.host.get(), from.data() + done, n);
+        if (CUresult r = cu.cuMemcpyHtoDAsync(to + done, s.host.get(), n, stream);
+            r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuMemcpyHtoDAsync", r));
+        if (CUresult r = cu.cuEventRecord(s.done, stream); r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuEventRecord", r));
+        s.pending = true;
+        done += n;
+    }
+    return {};
+}
+
+// Device to host through the staging buffers: two chunks in flight, and while the host copies
+// chunk i out of one buffer the DMA engine fills the other with chunk i+1. Every copy is done
+// on return.
+Result<void> GpuDevice::Impl::download(CUdeviceptr from, std::span<std::byte> to) {
+    const std::size_t chunks = (to.size() + kStagingBytes - 1) / kStagingBytes;
+    const std::size_t first = next_staging;
+    auto chunk_size = [&](std::size_t i) {
+        return std::min(kStagingBytes, to.size() - i * kStagingBytes);
+    };
+    auto enqueue = [&](std::size_t i) -> Result<void> {
+        Staging& s = staging[(first + i) % 2];
+        // No wait for an upload still reading this buffer: the copy queues behind it on the stream.
+        if (CUresult r =
+                cu.cuMemcpyDtoHAsync(s.host.get(), from + i * kStagingBytes, chunk_size(i), stream);
+            r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuMemcpyDtoHAsync", r));
+        if (CUresult r = cu.cuEventRecord(s.done, stream); r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuEventRecord", r));
+        s.pending = true;
+        return {};
+    };
+    for (std::size_t i = 0; i < std::min<std::size_t>(chunks, 2); ++i)
+        if (auto r = enqueue(i); !r) return r;
+    for (std::size_t i = 0; i < chunks; ++i) {
+        Staging& s = staging[(first + i) % 2];
+        if (auto r = settle(s); !r) return r;
+        std::memcpy(to.data() + i * kStagingBytes, s.host.get(), chunk_size(i));
+        if (i + 2 < chunks)
+            if (auto r = enqueue(i + 2); !r) return r;
+    }
+    next_staging = (first + chunks) % 2;
+    return {};
+}
+
+Result<void> GpuDevice::Impl::load(const CodeHash& hash, Module& module) {
+    std::string log(kJitLogBytes, '\0');
+    int options[] = {cuda::kJitErrorLogBuffer, cuda::kJitErrorLogBufferSizeBytes};
+    // The size option's value is the number itself, carried in the pointer (cuda.h: "Option
+    // type: unsigned int").
+    void* values[] = {log.data(), reinterpret_cast<void*>(static_cast<std::uintptr_t>(log.size()))};
+    // std::string's c_str() is NUL-terminated, as the driver reads PTX text.
+    CUresult r = cu.cuModuleLoadDataEx(&module.handle, module.ptx.c_str(), std::size(options),
+                                       options, values);
+    if (r == cuda::kSuccess) return {};
+    module.handle = nullptr;
+    log.resize(::strnlen(log.data(), log.size()));
+    while (!log.empty() && (log.back() == '\n' || log.back() == ' '))
+        log.pop_back();
+    auto error = failed(fmt::format("loading the PTX of module {}", to_hex(hash, kHashDigits)), r,
+                        Errc::compile_failed);
+    if (!log.empty()) error.message += ": " + log;
+    return tl::make_unexpected(std::move(error));
+}
+
+Result<cuda::CUfunction> GpuDevice::Impl::function(const CodeHash& hash, std::string_view entry) {
+    auto m = modules.find(hash);
+    if (m == modules.end())
+        return fail(Errc::entry_not_found,
+                    fmt::format("{}: module {} is not loaded", where, to_hex(hash, kHashDigits)));
+    Module& module = m->second;
+    if (module.handle == nullptr) // the context was recreated since
+        if (auto r = load(hash, module); !r) return tl::make_unexpected(r.error());
+    if (auto f = module.functions.find(entry); f != module.functions.end()) return f->second;
+    cuda::CUfunction f = nullptr;
+    const std::string name(entry);
+    if (CUresult r = cu.cuModuleGetFunction(&f, module.handle, name.c_str()); r != cuda::kSuccess) {
+        if (r == cuda::kErrorNotFound)
+            return fail(Errc::entry_not_found,
+                        fmt::format("{}: module {} has no kernel '{}'", where,
+                                    to_hex(hash, kHashDigits), entry));
+        return tl::make_unexpected(failed(fmt::format("cuModuleGetFunction('{}')", entry), r));
+    }
+    module.functions.emplace(name, f);
+    return f;
+}
+
+// Polls the stream: spinning at first, then sleeping in growing steps, until the kernel (and
+// the copies queued before it) are done, it fails, or `timeout` passes since `start`.
+Result<void> GpuDevice::Impl::wait_for_kernel(std::string_view entry,
+                                              std::chrono::steady_clock::time_point start,
+                                              std::chrono::milliseconds timeout) {
+    auto pause = kFirstPollSleep;
+    for (;;) {
+        const CUresult r = cu.cuStreamQuery(stream);
+        if (r == cuda::kSuccess) return {};
+        if (r != cuda::kErrorNotReady) {
+            const bool sticky = cuda::is_sticky(r);
+            std::string message =
+                fmt::format("{}: kernel '{}' failed: {}", where, entry, cu.said(r));
+            if (sticky) message += recreate_and_say();
+            const Errc code = r == cuda::kErrorLaunchTimeout ? Errc::kernel_timeout
+                              : sticky                       ? Errc::kernel_crashed
+                                                             : Errc::internal;
+            return fail(code, std::move(message));
+        }
+        const auto waited = std::chrono::steady_clock::now() - start;
+        if (waited >= timeout)
+            return fail(Errc::kernel_timeout,
+                        fmt::format("{}: kernel '{}' still running after {} ms{}", where, entry,
+                                    timeout.count(), recreate_and_say()));
+        if (waited < kSpinFor) {
+            cpu_pause();
+        } else {
+            std::this_thread::sleep_for(pause);
+            pause = std::min(pause * 2, kMaxPollSleep);
+        }
+    }
+}
+
+const GpuDevice::Impl::Region* GpuDevice::Impl::find_region(std::string_view region_name) const {
+    auto it = std::find_if(regions.begin(), regions.end(),
+                           [&](const Region& r) { return r.name == region_name; });
+    return it == regions.end() ? nullptr : &*it;
+}
+
+GpuDevice::Impl::~Impl() {
+    // Frees what exists, in reverse order of making; a poisoned or half-made context may refuse
+    // some of it, which changes nothing: releasing the last reference resets the context.
+    if (retained && broken.empty() && cu.cuCtxSetCurrent(context) == cuda::kSuccess) {
+        if (stream != nullptr) cu.cuStreamSynchronize(stream);
+        for (auto& [hash, module] : modules)
+            if (module.handle != nullptr) cu.cuModuleUnload(module.handle);
+        for (const auto* buffer : {&args, &result, &table})
+            if (buffer->pointer != 0) cu.cuMemFree(buffer->pointer);
+        for (const auto& region : regions)
+            if (region.pointer != 0) cu.cuMemFree(region.pointer);
+        for (auto& s : staging) {
+            if (s.done != nullptr) cu.cuEventDestroy(s.done);
+            if (s.registered) cu.cuMemHostUnregister(s.host.get());
+        }
+        if (stream != nullptr) cu.cuStreamDestroy(stream);
+    } else {
+        for (auto& s : staging)
+            if (s.registered) cu.cuMemHostUnregister(s.host.get());
+    }
+    if (retained) cu.cuDevicePrimaryCtxRelease(device);
+    // The staging memory itself goes with `staging`, after its registration.
+}
+
+Result<std::unique_ptr<GpuDevice>> GpuDevice::open(std::shared_ptr<const CudaApi> api,
+                                                   int ordinal) {
+    if (api == nullptr)
+        return fail(Errc::no_device, fmt::format("GPU {}: no CUDA driver", ordinal));
+    auto impl = std::make_unique<Impl>(std::move(api), ordinal);
+    const CudaApi& cu = impl->cu;
+    auto refused = [&](std::string_view call, CUresult r) {
+        return fail(Errc::no_device,
+                    fmt::format("{}: {} failed: {}", impl->where, call, cu.said(r)));
+    };
+
+    // 1. The device and what it can do.
+    if (CUresult r = cu.cuDeviceGet(&impl->device, ordinal); r != cuda::kSuccess)
+        return refused("cuDeviceGet", r);
+    char name[kNameLength] = {};
+    if (CUresult r = cu.cuDeviceGetName(name, kNameLength - 1, impl->device); r != cuda::kSuccess)
+        return refused("cuDeviceGetName", r);
+    impl->name = name;
+    auto attribute = [&](int which, std::string_view what) -> Result<std::uint32_t> {
+        int value = 0;
+        if (CUresult r = cu.cuDeviceGetAttribute(&value, which, impl->device); r != cuda::kSuccess)
+            return refused(fmt::format("cuDeviceGetAttribute({})", what), r);
+        return static_cast<std::uint32_t>(std::max(value, 0));
+    };
+    struct Wanted {
+        int attribute;
+        std::string_view what;
+        std::uint32_t* into;
+    };
+    std::uint32_t cc_major = 0, cc_minor = 0, multiprocessors = 0, max_threads = 0;
+    const Wanted wanted[] = {
+        {cuda::kAttrComputeCapabilityMajor, "compute capability major", &cc_major},
+        {cuda::kAttrComputeCapabilityMinor, "compute capability minor", &cc_minor},
+        {cuda::kAttrMultiprocessorCount, "multiprocessors", &multiprocessors},
+        {cuda::kAttrMaxThreadsPerBlock, "max threads per block", &max_threads},
+        {cuda::kAttrMaxBlockDimX, "max block x", &impl->max_block[0]},
+        {cuda::kAttrMaxBlockDimY, "max block y", &impl->max_block[1]},
+        {cuda::kAttrMaxBlockDimZ, "max block z", &impl->max_block[2]},
+        {cuda::kAttrMaxGridDimX, "max grid x", &impl->max_grid[0]},
+        {cuda::kAttrMaxGridDimY, "max grid y", &impl->max_grid[1]},
+        {cuda::kAttrMaxGridDimZ, "max grid z", &impl->max_grid[2]},
+    };
+    for (const auto& w : wanted) {
+        auto value = attribute(w.attribute, w.what);
+        if (!value) return tl::make_unexpected(value.error());
+        *w.into = *value;
+    }
+    impl->sm = cc_major * 10 + cc_minor;
+    impl->multiprocessors = multiprocessors;
+    impl->max_threads_per_block = max_threads;
+    std::size_t memory = 0;
+    if (CUresult r = cu.cuDeviceTotalMem(&memory, impl->device); r != cuda::kSuccess)
+        return refused("cuDeviceTotalMem", r);
+    impl->memory_bytes = memory;
+
+    // 2. The staging buffers, page-aligned (pinning works on whole pages).
+    const auto page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    for (auto& s : impl->staging) {
+        void* p = nullptr;
+        if (int e = ::posix_memalign(&p, page, kStagingBytes); e != 0)
+            return fail(Errc::no_device,
+                        fmt::format("{}: cannot allocate {} bytes of staging memory: {}",
+                                    impl->where, kStagingBytes, std::strerror(e)));
+        s.host.reset(static_cast<std::byte*>(p));
+    }
+
+    // 3. The context, its stream and the pinned staging buffers.
+    std::lock_guard lock(impl->mutex);
+    if (auto made = impl->make_context(); !made) return tl::make_unexpected(made.error());
+    return std::unique_ptr<GpuDevice>(new GpuDevice(std::move(impl)));
+}
+
+GpuDevice::GpuDevice(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuDevice::~GpuDevice() = default;
+
+int GpuDevice::ordinal() const noexcept {
+    return impl_->ordinal;
+}
+const std::string& GpuDevice::name() const noexcept {
+    return impl_->name;
+}
+unsigned GpuDevice::sm() const noexcept {
+    return impl_->sm;
+}
+unsigned GpuDevice::multiprocessors() const noexcept {
+    return impl_->multiprocessors;
+}
+std::uint64_t GpuDevice::memory_bytes() const noexcept {
+    return impl_->memory_bytes;
+}
+
+GpuGeometry GpuDevice::default_geometry() const noexcept {
+    GpuGeometry g;
+    g.block[0] = std::max<std::uint32_t>(
+        1, std::min<std::uint64_t>(
+               {kDefaultBlockThreads, impl_->max_threads_per_block, impl_->max_block[0]}));
+    g.grid[0] = std::max<std::uint32_t>(
+        1, std::min<std::uint64_t>(std::uint64_t{kDefaultBlocksPerMultiprocessor} *
+                                       impl_->multiprocessors,
+                                   impl_->max_grid[0]));
+    return g;
+}
+
+Result<void> GpuDevice::add_region(const std::string& name, std::uint64_t size) {
+    if (size == 0)
+        return fail(Errc::invalid_argument,
+                    fmt::format("{}: region '{}' has size 0", impl_->where, name));
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->find_region(name) != nullptr)
+        return fail(Errc::invalid_argument,
+                    fmt::format("{}: there is a region '{}' already", impl_->where, name));
+    if (auto r = impl_->ready(); !r) return r;
+    Impl::Region region{name, size, 0};
+    if (auto r = impl_->allocate_zeroed(region.pointer, size, "region '" + name + "'"); !r) {
+        if (region.pointer != 0) impl_->cu.cuMemFree(region.pointer);
+        return r;
+    }
+    if (CUresult r = impl_->cu.cuStreamSynchronize(impl_->stream); r != cuda::kSuccess) {
+        impl_->cu.cuMemFree(region.pointer); // before failed(), which may recreate the context
+        return tl::make_unexpected(impl_->failed("cuStreamSynchronize", r));
+    }
+    impl_->regions.push_back(std::move(region));
+    impl_->table_current = false;
+    return {};
+}
+
+std::optional<GpuDevice::RegionView> GpuDevice::region(std::string_view name) const {
+    std::lock_guard lock(impl_->mutex);
+    const auto* r = impl_->find_region(name);
+    if (r == nullptr) return std::nullopt;
+    return RegionView{r->name, r->size, static_cast<std::size_t>(r - impl_->regions.data())};
+}
+
+std::vector<GpuDevice::RegionView> GpuDevice::regions() const {
+    std::lock_guard lock(impl_->mutex);
+    std::vector<RegionView> out;
+    out.reserve(impl_->regions.size());
+    for (std::size_t i = 0; i < impl_->regions.size(); ++i)
+        out.push_back(RegionView{impl_->regions[i].name, impl_->regions[i].size, i});
+    return out;
+}
+
+bool GpuDevice::has_module(const CodeHash& hash) const {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->modules.contains(hash);
+}
+
+Result<void> GpuDevice::load_module(const CodeHash& hash, const std::string& ptx) {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->modules.contains(hash)) return {};
+    if (auto r = impl_->ready(); !r) return r;
+    Impl::Module module{ptx, nullptr, {}};
+    if (auto r = impl_->load(hash, module); !r) return r;
+    impl_->modules.emplace(hash, std::move(module));
+    impl_->modules_loaded.fetch_add(1, std::memory_order_relaxed);
+    return {};
+}
+
+// 1. check the geometry against the device's limits; 2. find (or reload) the kernel; 3. make
+// the parameter buffers big enough and fill them: arguments, a zeroed result, the regions table;
+// 4. launch; 5. wait; 6. copy the result out.
+Result<Bytes> GpuDevice::launch(const CodeHash& hash, std::string_view entry,
+                                std::span<const std::byte> args, std::uint32_t result_bytes,
+                                const GpuGeometry& geometry, std::chrono::milliseconds timeout) {
+    Impl& d = *impl_;
+    std::uint64_t threads = 1;
+    for (std::size_t i = 0; i < kDims; ++i) {
+        if (geometry.grid[i] == 0 || geometry.block[i] == 0)
+            return fail(Errc::invalid_argument,
+                        fmt::format("{}: {}: every dimension must be at least 1", d.where,
+                                    describe(geometry)));
+        if (geometry.block[i] > d.max_block[i] || geometry.grid[i] > d.max_grid[i])
+            return fail(
+                Errc::invalid_argument,
+                fmt::format("{}: {} is over the device's limits (grid {}x{}x{}, block {}x{}x{})",
+                            d.where, describe(geometry), d.max_grid[0], d.max_grid[1],
+                            d.max_grid[2], d.max_block[0], d.max_block[1], d.max_block[2]));
+        threads *= geometry.block[i];
+    }
+    if (threads > d.max_threads_per_block)
+        return fail(Errc::invalid_argument,
+                    fmt::format("{}: {} has {} threads a block, over the device's {}", d.where,
+                                describe(geometry), threads, d.max_threads_per_block));
+
+    std::lock_guard lock(d.mutex);
+    if (auto r = d.ready(); !r) return tl::make_unexpected(r.error());
+    auto function = d.function(hash, entry);
+    if (!function) return tl::make_unexpected(function.error());
+
+    const std::size_t result_allocated = param_bytes(result_bytes);
+    const std::size_t table_bytes =
+        param_bytes(std::max<std::size_t>(d.regions.size(), 1) * sizeof(CUdeviceptr));
+    for (auto [buffer, size, what] : {std::tuple{&d.args, param_bytes(args.size()), "arguments"},
+                                      std::tuple{&d.result, result_allocated, "result"},
+                                      std::tuple{&d.table, table_bytes, "regions table"}}) {
+        const bool grows = buffer->capacity < size;
+        if (auto r = d.reserve(*buffer, size, what); !r) return tl::make_unexpected(r.error());
+        if (grows && buffer == &d.table) d.table_current = false;
+    }
+    if (!d.table_current) {
+        std::vector<CUdeviceptr> pointers(std::max<std::size_t>(d.regions.size(), 1), 0);
+        for (std::size_t i = 0; i < d.regions.size(); ++i)
+            pointers[i] = d.regions[i].pointer;
+        if (auto r = d.upload(d.table.pointer, std::as_bytes(std::span(pointers))); !r)
+            return tl::make_unexpected(r.error());
+        d.table_current = true;
+    }
+    if (auto r = d.upload(d.args.pointer, args); !r) return tl::make_unexpected(r.error());
+    if (CUresult r = d.cu.cuMemsetD8Async(d.result.pointer, 0, result_allocated, d.stream);
+        r != cuda::kSuccess)
+        return tl::make_unexpected(d.failed("cuMemsetD8Async", r));
+
+    // The kernel's three .param .u64: each entry of `params` points at one parameter's value.
+    CUdeviceptr args_pointer = d.args.pointer, result_pointer = d.result.pointer,
+                table_pointer = d.table.pointer;
+    void* params[] = {&args_pointer, &result_pointer, &table_pointer};
+    const auto start = std::chrono::steady_clock::now();
+    if (CUresult r = d.cu.cuLaunchKernel(*function, geometry.grid[0], geometry.grid[1],
+                                         geometry.grid[2], geometry.block[0], geometry.block[1],
+                                         geometry.block[2], 0, d.stream, params, nullptr);
+        r != cuda::kSuccess) {
+        // Too many threads for the kernel's registers: a geometry this kernel cannot have.
+        const Errc code =
+            r == cuda::kErrorLaunchOutOfResources ? Errc::invalid_argument : Errc::internal;
+        return tl::make_unexpected(
+            d.failed(fmt::format("launching '{}' with {}", entry, describe(geometry)), r, code));
+    }
+    d.launches.fetch_add(1, std::memory_order_relaxed);
+    if (auto r = d.wait_for_kernel(entry, start, timeout); !r)
+        return tl::make_unexpected(r.error());
+
+    Bytes out(result_bytes);
+    if (auto r = d.download(d.result.pointer, out); !r) return tl::make_unexpected(r.error());
+    return out;
+}
+
+namespace {
+
+/// Whether [offset, offset + size) lies in a region of `region_size` bytes, without overflow.
+bool inside(std::uint64_t offset, std::uint64_t size, std::uint64_t region_size) {
+    return offset <= region_size && size <= region_size - offset;
+}
+
+} // namespace
+
+Result<void> GpuDevice::read(std::string_view name, std::uint64_t offset,
+                             std::span<std::byte> out) {
+    Impl& d = *impl_;
+    std::lock_guard lock(d.mutex);
+    const auto* region = d.find_region(name);
+    if (region == nullptr)
+        return fail(Errc::invalid_argument, fmt::format("{}: no region '{}'", d.where, name));
+    if (!inside(offset, out.size(), region->size))
+        return fail(Errc::invalid_argument,
+                    fmt::format("{}: {} bytes at offset {} are outside region '{}' of {} bytes",
+                                d.where, out.size(), offset, name, region->size));
+    if (out.empty()) return {};
+    if (auto r = d.ready(); !r) return r;
+    return d.download(region->pointer + offset, out);
+}
+
+Result<void> GpuDevice::write(std::string_view name, std::uint64_t offset,
+                              std::span<const std::byte> in) {
+    Impl& d = *impl_;
+    std::lock_guard lock(d.mutex);
+    const auto* region = d.find_region(name);
+    if (region == nullptr)
+        return fail(Errc::invalid_argument, fmt::format("{}: no region '{}'", d.where, name));
+    if (!inside(offset, in.size(), region->size))
+        return fail(Errc::invalid_argument,
+                    fmt::format("{}: {} bytes at offset {} are outside region '{}' of {} bytes",
+                                d.where, in.size(), offset, name, region->size));
+    if (in.empty()) return {};
+    if (auto r = d.ready(); !r) return r;
+    if (auto r = d.upload(region->pointer + offset, in); !r) return r;
+    // Done when it returns: the caller may reuse `in`'s memory, and the staging buffers are free.
+    if (CUresult r = d.cu.cuStreamSynchronize(d.stream); r != cuda::kSuccess)
+        return tl::make_unexpected(d.failed("cuStreamSynchronize", r));
+    return {};
+}
+
+std::uint64_t GpuDevice::context_resets() const noexcept {
+    return impl_->context_resets.load(std::memory_order_relaxed);
+}
+std::uint64_t GpuDevice::launches() const noexcept {
+    return impl_->launches.load(std::memory_order_relaxed);
+}
+std::uint64_t GpuDevice::modules_loaded() const noexcept {
+    return impl_->modules_loaded.load(std::memory_order_relaxed);
+}
+
+} // namespace bitship::agent

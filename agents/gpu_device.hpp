@@ -1,0 +1,116 @@
+#pragma once
+// One GPU an agent runs kernels on, through the CUDA driver it opened with dlopen
+// (cuda_api.hpp): its primary context and stream, the modules loaded from PTX (by code hash),
+// its GPU regions (device memory, `xagent --region NAME=SIZE@gpu0`), and the pinned host
+// buffers that GPU region reads and writes stage through. No CUDA type appears here.
+//
+//   auto api = CudaApi::load();                          // the driver, or no_device
+//   auto gpu = GpuDevice::open(*api, 0);                 // context, stream, staging buffers
+//   gpu->add_region("data", 4ull << 30);                 // before serving
+//   gpu->load_module(hash, ptx);                         // once per hash
+//   auto bytes = gpu->launch(hash, "sum_u64", args, 8, geometry, 10s);
+//
+// Thread-safe: calls may come from any worker thread; launches and transfers take turns on the
+// device's one stream. A fault (CUDA_ERROR_ILLEGAL_ADDRESS and the other sticky errors) or a
+// kernel past its time poisons the context: the device recreates it at once (modules reload
+// from their kept PTX, regions are allocated again, zeroed) and the failed call's error says so.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <bitship/bundle.hpp>
+#include <bitship/client.hpp> // Bytes
+#include <bitship/errc.hpp>
+
+namespace bitship::agent {
+
+struct CudaApi;
+struct CudaDevice;
+
+/// A launch's geometry, as CUDA's dim3: grid of blocks, block of threads.
+struct GpuGeometry {
+    std::uint32_t grid[3] = {1, 1, 1};
+    std::uint32_t block[3] = {1, 1, 1};
+};
+
+class GpuDevice {
+public:
+    /// Opens GPU `ordinal`: retains its primary context, makes one stream and the pinned
+    /// staging buffers. `api` must outlive the device. no_device when the ordinal does not
+    /// exist or the context cannot be made, naming the driver's error.
+    static Result<std::unique_ptr<GpuDevice>> open(std::shared_ptr<const CudaApi> api, int ordinal);
+    ~GpuDevice();
+    GpuDevice(const GpuDevice&) = delete;
+    GpuDevice& operator=(const GpuDevice&) = delete;
+
+    [[nodiscard]] int ordinal() const noexcept;
+    [[nodiscard]] const std::string& name() const noexcept;
+    /// Compute capability as major * 10 + minor (90 for an H100).
+    [[nodiscard]] unsigned sm() const noexcept;
+    [[nodiscard]] unsigned multiprocessors() const noexcept;
+    [[nodiscard]] std::uint64_t memory_bytes() const noexcept;
+    /// The geometry a call gets when it names none: 256 threads a block, 8 blocks per
+    /// multiprocessor (a grid-stride loop covers any size with it).
+    [[nodiscard]] GpuGeometry default_geometry() const noexcept;
+
+    /// Allocates a GPU region of `size` bytes of device memory, zeroed. At start-up, before any
+    /// launch. invalid_argument for a duplicate name or size 0, no_device (with the driver's
+    /// error) when the memory cannot be had.
+    Result<void> add_region(const std::string& name, std::uint64_t size);
+    struct RegionView {
+        std::string name;
+        std::uint64_t size = 0;
+        std::size_t index = 0; ///< its place in a kernel's `regions` parameter
+    };
+    [[nodiscard]] std::optional<RegionView> region(std::string_view name) const;
+    /// In the order added: what a kernel's `regions` parameter lists.
+    [[nodiscard]] std::vector<RegionView> regions() const;
+
+    /// Whether module `hash` is loaded (or kept for reloading after a reset).
+    [[nodiscard]] bool has_module(const CodeHash& hash) const;
+    /// Loads `ptx` as module `hash` (cuModuleLoadDataEx; the NUL is added here) and keeps the
+    /// text, so a recreated context reloads it. Loading a hash already loaded does nothing.
+    /// compile_failed with the driver's JIT error log when the driver refuses the PTX.
+    Result<void> load_module(const CodeHash& hash, const std::string& ptx);
+
+    /// Runs kernel `entry` of module `hash`: copies `args` to device memory (16-byte aligned),
+    /// zeroes a result buffer of `result_bytes` (at least 1 byte is allocated), launches with
+    /// parameters (args, result, regions table) and `geometry`, waits until it finishes or
+    /// `timeout` passes, and returns the result buffer's bytes.
+    /// Errors: entry_not_found (the module has no such kernel, or it is not loaded);
+    /// invalid_argument (a geometry the device refuses: zero, or over its limits);
+    /// kernel_timeout (still running at `timeout`: the context was recreated);
+    /// kernel_crashed (a fault such as CUDA_ERROR_ILLEGAL_ADDRESS: the context was recreated);
+    /// both say "GPU regions were allocated again (their contents are lost)" when there are any.
+    /// internal, naming the driver call and its error, otherwise.
+    Result<Bytes> launch(const CodeHash& hash, std::string_view entry, std::span<const std::byte> args,
+                         std::uint32_t result_bytes, const GpuGeometry& geometry, std::chrono::milliseconds timeout);
+
+    /// Copies `out.size()` bytes of region `name` from `offset` into `out`, through the pinned
+    /// staging buffers in chunks (device-to-host of one chunk overlaps the copy-out of the
+    /// previous). invalid_argument for an unknown region, or a range outside it.
+    Result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out);
+    /// The same, host to device.
+    Result<void> write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in);
+
+    /// Times the context was recreated after a fault or a timeout.
+    [[nodiscard]] std::uint64_t context_resets() const noexcept;
+    /// Kernels launched, and modules loaded, so far.
+    [[nodiscard]] std::uint64_t launches() const noexcept;
+    [[nodiscard]] std::uint64_t modules_loaded() const noexcept;
+
+    struct Impl;
+
+private:
+    explicit GpuDevice(std::unique_ptr<Impl> impl);
+    std::unique_ptr<Impl> impl_;
+};
+
+} // namespace bitship::agent
