@@ -11,7 +11,7 @@ bool Agent::Impl::begin_drain() {
         while (!stopped.load()) {
             std::promise<bool> idle;
             auto answer = idle.get_future();
-            engine->post([this, &idle] { idle.set_value(pool->idle() && compiling.empty()); });
+            engine->post([this, &idle] { idle.set_value(pool->idle() && compiling.empty() && gpu_compiling.empty()); });
             if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) continue;
             if (answer.get()) break;
             std::this_thread::sleep_for(kDrainPoll);
@@ -109,11 +109,12 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     unsigned workers = config.workers ? config.workers : impl->topology.cores;
     impl->pool = std::make_unique<WorkerPool>(workers, config.worker_spin, config.workers_lead ? impl->engine.get() : nullptr);
 
-    // 4. Regions from the command line, before anyone can connect.
+    // 4. Regions from the command line, before anyone can connect; the GPUs and their regions.
     for (const auto& [name, size] : config.regions) {
         auto r = impl->regions->create(name, size);
         if (!r) return tl::make_unexpected(r.error());
     }
+    if (auto gpus = impl->open_gpus(); !gpus) return tl::make_unexpected(gpus.error());
 
     // 5. Listen before any thread progresses, so a bad address fails start() itself; then
     //    the workers (who may lead progress at once) and the engine's own thread.
@@ -129,7 +130,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     }
     impl->control = ControlContext{impl->address(), impl->instance, impl->topology, impl->pool->size(), Clock::now(),
                                    impl->jit.get(), &impl->kernel_stats, [raw] { return raw->begin_drain(); },
-                                   trust_summary(*impl->gate), describe(load_cuda_driver()),
+                                   trust_summary(*impl->gate), impl->cuda_summary,
                                    [box = impl->sandbox.get()] { return box->summary(); }};
     spdlog::info("xagent: sandbox: {}", impl->sandbox->summary());
     spdlog::info("xagent: cuda: {}", impl->control.cuda);
@@ -148,6 +149,9 @@ void Agent::stop() {
         for (auto& [hash, waiting] : impl->compiling)
             for (auto& r : waiting) impl->answer_error(*r, why);
         impl->compiling.clear();
+        for (auto& [key, waiting] : impl->gpu_compiling)
+            for (auto& r : waiting) impl->answer_error(*r, why);
+        impl->gpu_compiling.clear();
     });
     impl_->engine->stop();
     impl_->regions->clear();

@@ -58,6 +58,17 @@ struct AgentConfig {
     std::vector<jit::Export> exports;
     /// Memory regions made at start ("NAME=SIZE" parsed), registered for RDMA.
     std::vector<std::pair<std::string, std::size_t>> regions;
+    /// Run the bundles' nvptx64 slices on the GPUs the CUDA driver lists (found with dlopen at
+    /// start; an agent without one runs none and says why).
+    bool gpus = true;
+    std::string cuda_library = "libcuda.so.1";
+    /// GPU regions made at start ("NAME=SIZE@gpuN"): device memory only GPU kernels see.
+    struct GpuRegion {
+        std::string name;
+        std::uint64_t size = 0;
+        unsigned device = 0;
+    };
+    std::vector<GpuRegion> gpu_regions;
     /// What backs regions: shared memory lets same-host clients read them by direct loads
     /// (ucp_rkey_ptr); private memory gets transparent huge pages where shared memory may not.
     /// Default: shared when the transport includes shared memory.

@@ -5,6 +5,7 @@
 //   dispatch.cpp    RUN: code cache, compiles, running kernels, their outcomes
 //   forwarding.cpp  calls a kernel forwards to peer agents, and answers to a caller's reply-to
 //   trust.cpp       who may call (AUTH, SIGHUP's new keys) and whose code may run (signatures)
+//   gpu_calls.cpp   GPU RUNs (PTX compiles, launches) and GPU region reads and writes
 // Everything marked "whoever progresses" is touched by one thread at a time: the engine's
 // own, or a worker leading progress.
 
@@ -30,6 +31,7 @@
 #include "core/engine.hpp"
 #include "bulk_windows.hpp"
 #include "control.hpp"
+#include "gpu_device.hpp"
 #include "code_signatures.hpp"
 #include "kernel_guard.hpp"
 #include "kernel_stats.hpp"
@@ -108,7 +110,9 @@ struct Link {
     X(forwards) X(forwards_local) X(code_forwarded) X(native_runs) X(unauthorized)                  \
     X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
     X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)                         \
-    X(window_args) X(window_results) X(partial_compiles) X(left_out_calls)
+    X(window_args) X(window_results) X(partial_compiles) X(left_out_calls)                          \
+    X(gpu_runs) X(gpu_compiles) X(gpu_compile_failures) X(gpu_reads) X(gpu_writes)                  \
+    X(last_gpu_ptx_ns) X(last_gpu_load_ns)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};
@@ -133,6 +137,10 @@ struct Agent::Impl {
     std::unique_ptr<Engine> engine;
     std::unique_ptr<RegionTable> regions;
     std::unique_ptr<BulkWindows> windows; // whoever progresses
+    /// The GPUs this agent runs kernels on (gpu_calls.cpp), by ordinal; before the pool, whose
+    /// jobs use them. Fixed after start.
+    std::vector<std::unique_ptr<GpuDevice>> gpus;
+    std::string cuda_summary; ///< the driver and its GPUs, or why there are none (INFO, errors)
     std::unique_ptr<WorkerPool> pool;
     Topology topology;
     SliceSiblings siblings; // bundles' other slices, for forwards across architectures
@@ -157,6 +165,8 @@ struct Agent::Impl {
     std::uint64_t next_forward_id = 1;
     // Requests waiting for a compile of their hash that is already under way.
     std::unordered_map<CodeHash, std::vector<std::shared_ptr<RunRequest>>, CodeHashHasher> compiling;
+    // The same for GPU code, by (hash, GPU): a PTX compile and module load under way.
+    std::map<std::pair<CodeHash, unsigned>, std::vector<std::shared_ptr<RunRequest>>> gpu_compiling;
     std::map<std::string, Link> links;
     std::unordered_map<ucp_ep_h, std::string> link_by_ep;
     std::unordered_map<std::uint64_t, Forwarded> forwarded;
@@ -190,6 +200,10 @@ struct Agent::Impl {
         out.emplace_back("core_moves", engine->core_moves());
         // Long kernels that had the engine's thread progress while they ran (dispatch.cpp).
         out.emplace_back("progress_handovers", engine->progress_handovers());
+        // GPU contexts recreated after a fault or a kernel past its time (gpu_device.hpp).
+        std::uint64_t resets = 0;
+        for (const auto& g : gpus) resets += g->context_resets();
+        out.emplace_back("gpu_context_resets", resets);
         return out;
     }
 
@@ -247,6 +261,17 @@ struct Agent::Impl {
     void finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,
                        const std::optional<Error>& stopped, bs_ctx& ctx);
 
+    // gpu_calls.cpp
+    // At start: the CUDA driver (never linked), each GPU it lists, the GPU regions; what
+    // WELCOME says of them. Fails naming a GPU region that cannot be made.
+    Result<void> open_gpus();
+    // A RUN for a GPU slice (RUN's kFlagGpu): launched when its module is loaded, else after
+    // one PTX compile and load per (hash, GPU); NEED_CODE when the agent lacks the code.
+    void on_gpu_run(std::shared_ptr<RunRequest> r);
+    void on_gpu_compiled(const CodeHash& hash, unsigned device, const Result<void>& loaded);
+    void launch_gpu(std::shared_ptr<RunRequest> r);
+    // GPU_READ and GPU_WRITE: staged by a worker through the GPU's pinned buffers.
+    void on_gpu_transfer(Incoming&& in, std::uint64_t conn, const wire::Message& msg);
     // forwarding.cpp
     // A peer of another architecture gets the hash of its own slice of the call's bundle (once
     // per forward). False when there is none: the caller has been told, the forward dropped.

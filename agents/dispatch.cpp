@@ -69,6 +69,10 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
                                                            r->run.args.size(), config.limits.max_args)});
         return;
     }
+    if (r->run.hash == CodeHash{} && r->run.gpu) {
+        answer_error(*r, Error{Errc::invalid_argument, "a GPU call needs shipped code (native kernels run on the CPU)"});
+        return;
+    }
     if (r->run.hash == CodeHash{}) { // an operator's native kernel
         auto it = natives.find(r->run.entry);
         if (it == natives.end()) {
@@ -80,6 +84,10 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
         return;
     }
     if (!admit_code(r)) return; // trust.cpp: signed by an author this agent authorizes
+    if (r->run.gpu) { // gpu_calls.cpp
+        on_gpu_run(std::move(r));
+        return;
+    }
     if (!r->run.code.empty()) siblings.remember(r->run.hash, r->run.code);
     if (auto code = jit->find(r->run.hash)) {
         counters.cache_hits.fetch_add(1, std::memory_order_relaxed);

@@ -70,11 +70,15 @@ std::string render_prometheus(const Agent& agent) {
     w.sample("bitship_agent_uptime_seconds", "", uptime);
 
     for (const auto& [name, value] : agent.counters()) {
-        if (is_gauge(name)) { // last_compile_<stage>_ns, exposed in seconds as Prometheus names units
-            auto stage = std::string_view(name).substr(0, name.size() - 3);
-            auto metric = fmt::format("bitship_agent_{}_seconds", stage);
-            w.family(metric, "gauge", fmt::format("Time of the last compile's {} stage.", stage.substr(13)));
-            w.sample(metric, "", value / 1e9);
+        if (is_gauge(name)) {
+            // last_<what>_ns (a stage of the last compile, or of the last GPU code load) in seconds, as
+            // Prometheus names units; other last_ values (the last compile's tier) as they are.
+            const std::string_view n = name;
+            const bool ns = n.ends_with("_ns");
+            auto what = n.substr(5, n.size() - 5 - (ns ? 3 : 0));
+            auto metric = fmt::format("bitship_agent_last_{}{}", what, ns ? "_seconds" : "");
+            w.family(metric, "gauge", fmt::format("The last {} ({}).", what, ns ? "seconds" : "as the agent counts it"));
+            w.sample(metric, "", ns ? value / 1e9 : static_cast<double>(value));
             continue;
         }
         auto metric = fmt::format("bitship_agent_{}_total", name);

@@ -2,7 +2,9 @@
 
 #include "sandbox_arena.hpp"
 
+#include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -23,6 +25,16 @@ Result<RegionSpec> parse_region_spec(std::string_view spec) {
     RegionSpec out;
     out.name = std::string(spec.substr(0, eq));
     auto size = spec.substr(eq + 1);
+    if (auto at = size.find('@'); at != std::string_view::npos) {
+        auto where = size.substr(at + 1);
+        size = size.substr(0, at);
+        unsigned device = 0;
+        auto digits = where.substr(std::min<std::size_t>(3, where.size()));
+        auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), device);
+        if (!where.starts_with("gpu") || digits.empty() || ec != std::errc{} || end != digits.data() + digits.size())
+            return fail(Errc::invalid_argument, fmt::format("region '{}': '@{}' names no GPU (gpu0, gpu1, ...)", spec, where));
+        out.gpu = device;
+    }
     std::size_t i = 0;
     unsigned long long value = 0;
     while (i < size.size() && std::isdigit(static_cast<unsigned char>(size[i]))) {

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <memory>
 #include <shared_mutex>
 #include <string>
@@ -22,10 +23,11 @@ struct Region {
     Engine::Mapped mapped;
 };
 
-/// "NAME=SIZE" with SIZE like 4096, 64K, 16MiB, 1G.
+/// "NAME=SIZE" with SIZE like 4096, 64K, 16MiB, 1G; "NAME=SIZE@gpuN" for GPU N's memory.
 struct RegionSpec {
     std::string name;
     std::size_t size = 0;
+    std::optional<unsigned> gpu; ///< set: a GPU region on this device (gpu_device.hpp)
 };
 Result<RegionSpec> parse_region_spec(std::string_view spec);
 

@@ -122,6 +122,12 @@ void Agent::Impl::on_message(Incoming&& in) {
         auto name = std::get<wire::Region>(msg->body).name;
         const auto* r = regions->find(name);
         if (!r) {
+            for (const auto& g : gpus)
+                if (auto view = g->region(name)) { // no RDMA reaches it: GPU_READ and GPU_WRITE do
+                    wire::RegionInfo info{0, view->size, {}, true, static_cast<std::uint32_t>(view->index)};
+                    reply(in.ep, conn, wire::encode_region_info(in.header.request_id, info));
+                    return;
+                }
             reply_error(in.ep, conn, in.header.request_id,
                         Error{Errc::region_not_found, fmt::format("agent has no memory region '{}'", name)});
             return;
@@ -130,6 +136,8 @@ void Agent::Impl::on_message(Incoming&& in) {
         reply(in.ep, conn, wire::encode_region_info(in.header.request_id, info));
         return;
     }
+    case wire::Type::gpu_read:
+    case wire::Type::gpu_write: on_gpu_transfer(std::move(in), conn, *msg); return;
     case wire::Type::window: {
         auto w = windows->open(conn);
         if (!w) {

@@ -145,7 +145,13 @@ int main(int argc, char** argv) {
     app.add_option("--max-message", max_message, "largest message accepted, bytes")->capture_default_str();
     app.add_option("--max-args", max_args, "largest argument block, bytes")->capture_default_str();
     app.add_option("--max-result", max_result, "largest kernel reply, bytes")->capture_default_str();
-    app.add_option("--region", region_specs, "allocate and register memory region NAME=SIZE (e.g. chase=1G); repeatable");
+    app.add_option("--region", region_specs,
+                   "allocate and register memory region NAME=SIZE (e.g. chase=1G), or NAME=SIZE@gpuN in GPU N's memory "
+                   "(read and written through the agent; only GPU kernels see it); repeatable");
+    bool no_gpu = false;
+    app.add_flag("--no-gpu", no_gpu,
+                 "run no GPU kernels even where the CUDA driver (libcuda.so.1, found at run time) lists GPUs; by default "
+                 "every GPU it lists runs the bundles' nvptx64 slices");
     std::string region_memory = "auto";
     app.add_option("--region-memory", region_memory,
                    "what backs regions: shared (same-host clients read them by direct loads; huge pages only where the "
@@ -255,8 +261,10 @@ int main(int argc, char** argv) {
             std::cerr << "xagent: --region: " << r.error().message << "\n";
             return 2;
         }
-        config.regions.emplace_back(r->name, r->size);
+        if (r->gpu) config.gpu_regions.push_back({r->name, r->size, *r->gpu});
+        else config.regions.emplace_back(r->name, r->size);
     }
+    config.gpus = !no_gpu;
     if (!no_native)
         for (const auto& k : xrdma::native_kernels()) config.native_kernels.emplace_back(k.name, k.fn);
 

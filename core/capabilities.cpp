@@ -3,8 +3,12 @@
 //   u8 kind · str16 kind_reason · u32 pus · u16 n · n × (u32 os_index, u64 memory_bytes)
 //   · str16 cpu_model · u32 gpus · [fields of later versions, ignored here]
 //
+// The GPU details (encode_gpu_details) come after WELCOME's session fields, in the same block.
+//
 // The block travels length-prefixed, so a decoder that knows fewer fields than the sender skips
 // the rest; every field this build knows must be there.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "byte_io.hpp"
@@ -89,6 +93,65 @@ Result<Capabilities> decode_capabilities(std::span<const std::byte> block, std::
     c.gpus = *gpus;
     if (used) *used = block.size() - in.remaining();
     return c;
+}
+
+std::vector<std::byte> encode_gpu_details(const Capabilities& c) {
+    ByteWriter w;
+    // An agent has a handful of GPUs and regions; the counts are cut, never overflow.
+    const auto n = std::min<std::size_t>(c.gpu_devices.size(), 0xffff);
+    w.u16(static_cast<std::uint16_t>(n));
+    for (std::size_t i = 0; i < n; ++i) {
+        const auto& g = c.gpu_devices[i];
+        w.str16(g.name);
+        w.u32(g.sm);
+        w.u32(g.multiprocessors);
+        w.u64(g.memory_bytes);
+        w.u32(static_cast<std::uint32_t>(g.numa_node));
+    }
+    const auto m = std::min<std::size_t>(c.gpu_regions.size(), 0xffff);
+    w.u16(static_cast<std::uint16_t>(m));
+    for (std::size_t i = 0; i < m; ++i) {
+        w.str16(c.gpu_regions[i].name);
+        w.u64(c.gpu_regions[i].size);
+        w.u32(c.gpu_regions[i].device);
+    }
+    return std::move(w).take();
+}
+
+Result<void> decode_gpu_details(std::span<const std::byte> bytes, Capabilities& c) {
+    constexpr std::size_t kGpuEntryBytes = 2 + 4 + 4 + 8 + 4, kRegionEntryBytes = 2 + 8 + 4;
+    ByteReader in(bytes);
+    auto n = in.u16();
+    if (!n || *n > in.remaining() / kGpuEntryBytes) return short_field("gpu_devices");
+    std::vector<Capabilities::Gpu> gpus;
+    gpus.reserve(*n);
+    for (unsigned i = 0; i < *n; ++i) {
+        auto name = in.str16();
+        auto sm = in.u32(), multiprocessors = in.u32();
+        auto memory = in.u64();
+        auto numa = in.u32();
+        if (!name || !sm || !multiprocessors || !memory || !numa) return short_field("gpu_devices");
+        gpus.push_back({std::string(*name), *sm, *multiprocessors, *memory, static_cast<std::int32_t>(*numa)});
+    }
+    auto m = in.u16();
+    if (!m || *m > in.remaining() / kRegionEntryBytes) return short_field("gpu_regions");
+    std::vector<Capabilities::GpuRegion> regions;
+    regions.reserve(*m);
+    for (unsigned i = 0; i < *m; ++i) {
+        auto name = in.str16();
+        auto size = in.u64();
+        auto device = in.u32();
+        if (!name || !size || !device) return short_field("gpu_regions");
+        if (*device >= gpus.size())
+            return fail(Errc::malformed_message, fmt::format("WELCOME message: GPU region '{}' is on GPU {} of {}", *name,
+                                                             *device, gpus.size()));
+        regions.push_back({std::string(*name), *size, *device});
+    }
+    if (in.remaining() != 0)
+        return fail(Errc::malformed_message, fmt::format("WELCOME message: {} bytes after the GPU details", in.remaining()));
+    c.gpu_devices = std::move(gpus);
+    c.gpu_regions = std::move(regions);
+    return {};
 }
 
 } // namespace wire

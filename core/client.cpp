@@ -110,6 +110,10 @@ bool set_peers(CallState& c, const Target& target, const ShipOptions& options) {
     c.forward = options.forward;
     c.hop_budget = options.hop_budget;
     c.device = options.device;
+    c.launch.grid = {options.grid.x, options.grid.y, options.grid.z};
+    c.launch.block = {options.block.x, options.block.y, options.block.z};
+    c.launch.result_bytes = options.gpu_result_bytes;
+    c.launch.device = options.gpu_device;
     if (options.peers.empty()) return true;
     bool found = false;
     for (std::size_t i = 0; i < options.peers.size(); ++i) {
@@ -279,6 +283,8 @@ Result<RemoteRegion> Client::region(const Target& target, std::string_view name)
     r.base = info.base;
     r.size = info.size;
     r.packed_rkey = std::make_shared<const Bytes>(info.rkey.begin(), info.rkey.end());
+    r.gpu = info.gpu;
+    r.gpu_index = info.gpu_index;
     impl_->engine->post([impl = impl_.get(), key, r] { impl->regions.emplace(key, r); });
     return r;
 }

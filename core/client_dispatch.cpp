@@ -71,30 +71,40 @@ const Result<SliceChoice>& Client::Impl::choose_slice(const CallState& c, Peer& 
         auto view = BundleView::parse(c.bundle);
         if (!view) return tl::make_unexpected(view.error());
         std::size_t index = 0;
+        bool gpu = false;
         if (c.forced_slice) {
             if (*c.forced_slice >= view->slices.size())
                 return fail(Errc::invalid_argument, fmt::format("bundle has {} slices, slice {} asked for",
                                                                 view->slices.size(), *c.forced_slice));
             index = *c.forced_slice;
-        } else if (c.device == Device::gpu) {
-            // No agent runs GPU slices yet: say what the bundle and the agent have.
-            const bool has_gpu_slice = view->find_slice(kGpuTriple).has_value();
-            return fail(Errc::no_matching_slice,
-                        fmt::format("the call asks for a GPU (ShipOptions::device = gpu): {}; {} runs {} with {} GPU(s) it "
-                                    "runs kernels on",
-                                    has_gpu_slice ? "the bundle has an nvptx64 slice"
-                                                  : fmt::format("the bundle has no nvptx64 slice (slices for [{}])", view->triples()),
-                                    agent_name(p), p.info->triple, p.info->capabilities.gpus));
         } else {
-            auto found = view->find_slice(p.info->triple);
-            if (!found)
-                return fail(Errc::no_matching_slice, fmt::format("bundle has slices for [{}]; {} runs {}",
-                                                                 view->triples(), agent_name(p), p.info->triple));
-            index = *found;
+            // `gpu` takes the nvptx64 slice; `any` the CPU slice, else the nvptx64 one where
+            // the agent has a GPU; `cpu` the CPU slice only.
+            const auto cpu_slice = c.device == Device::gpu ? std::nullopt : view->find_slice(p.info->triple);
+            const auto gpu_slice = view->find_slice(kGpuTriple);
+            const auto gpus = p.info->capabilities.gpus;
+            if (cpu_slice) {
+                index = *cpu_slice;
+            } else if (c.device != Device::cpu && gpu_slice && gpus > 0) {
+                index = *gpu_slice;
+                gpu = true;
+            } else if (c.device == Device::gpu) {
+                return fail(Errc::no_matching_slice,
+                            fmt::format("the call asks for a GPU (ShipOptions::device = gpu): {}; {} runs {} with {} GPU(s) it "
+                                        "runs kernels on",
+                                        gpu_slice ? "the bundle has an nvptx64 slice"
+                                                  : fmt::format("the bundle has no nvptx64 slice (slices for [{}])", view->triples()),
+                                        agent_name(p), p.info->triple, gpus));
+            } else {
+                return fail(Errc::no_matching_slice, fmt::format("bundle has slices for [{}]; {} runs {}{}", view->triples(),
+                                                                 agent_name(p), p.info->triple,
+                                                                 gpus > 0 ? fmt::format(" and {} GPU(s)", gpus) : ""));
+            }
         }
         SliceChoice s;
         s.hash = view->slices[index].hash;
         s.code = std::make_shared<const Bytes>(extract_slice(*view, index));
+        s.gpu = gpu;
         return s;
     };
     *cached = compute();
@@ -118,6 +128,23 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
         return;
     }
     c->hash = choice->hash;
+    c->on_gpu = choice->gpu;
+    if (choice->gpu) {
+        if (!c->peers.empty() || c->forward) {
+            refuse(Error{Errc::invalid_argument, "a GPU call cannot forward (ShipOptions::peers or forward with the nvptx64 slice)"});
+            return;
+        }
+        if (c->launch.device >= p.info->capabilities.gpus) {
+            refuse(Error{Errc::no_device, fmt::format("the call asks for GPU {} (ShipOptions::gpu_device); {} has {}", c->launch.device,
+                                                      agent_name(p), p.info->capabilities.gpus)});
+            return;
+        }
+        if (c->launch.result_bytes > p.info->max_result) {
+            refuse(Error{Errc::too_large, fmt::format("a GPU result of {} bytes exceeds {}'s limit of {}", c->launch.result_bytes,
+                                                      agent_name(p), p.info->max_result)});
+            return;
+        }
+    }
     if (c->args.size() > p.info->max_args) {
         refuse(Error{Errc::too_large, fmt::format("{} bytes of arguments exceed {}'s limit of {}", c->args.size(),
                                                   agent_name(p), p.info->max_args)});
@@ -152,6 +179,7 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
     run.args = c->args;
     run.code = code;
     run.signatures = sign_code(code, c->hash, !c->peers.empty() || c->forward);
+    if (c->on_gpu) run.gpu = c->launch;
     if (!c->peers.empty() || c->forward) {
         run.reply_to = engine->worker_address();
         for (const auto& a : c->peers) run.peers.push_back(a);

@@ -64,6 +64,8 @@ struct CallState {
     std::span<const std::byte> bundle; // the whole bundle (static storage, or `owned`)
     std::optional<std::size_t> forced_slice;
     Device device = Device::any;
+    wire::GpuLaunch launch; ///< how a GPU slice is launched (ShipOptions::grid, block, ...)
+    bool on_gpu = false;    ///< the slice chosen is the nvptx64 one: the RUN carries `launch`
     std::string entry;
     Bytes args;
     CodeHash hash{};
@@ -114,6 +116,7 @@ using Kind = CallState::Kind;
 struct SliceChoice {
     CodeHash hash{};
     std::shared_ptr<const Bytes> code; // single-slice bundle sent to agents of this triple
+    bool gpu = false;                  // the nvptx64 slice, launched on one of the agent's GPUs
 };
 
 /// An unpacked remote key, and where its region is mapped here when it is a same-host
@@ -244,6 +247,8 @@ struct Client::Impl {
     void issue_rma(Peer& p, const std::shared_ptr<CallState>& c, const RemoteRegion& region, std::uint64_t offset,
                    std::size_t length, bool is_get, std::function<void(ucs_status_t)> after);
     void start_rma(Peer& p, const std::shared_ptr<CallState>& c);
+    // A get or put of a GPU region: GPU_READ or GPU_WRITE, which the agent stages.
+    void start_gpu_transfer(Peer& p, const std::shared_ptr<CallState>& c);
     // The next step of a dependent GET walk; runs on the progress thread after each GET.
     void chain_step(const std::shared_ptr<CallState>& c, std::span<const std::byte> last);
 };

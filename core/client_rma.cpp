@@ -30,6 +30,9 @@ Result<MappedRkey> Client::Impl::checked_rkey(Peer& p, const RemoteRegion& regio
     if (offset > region.size || length > region.size - offset)
         return fail(Errc::out_of_bounds, fmt::format("{} bytes at offset {} lie outside region '{}' ({} bytes) of {}", length,
                                                      offset, region.name, region.size, agent_name(p)));
+    if (region.gpu)
+        return fail(Errc::invalid_argument, fmt::format("region '{}' of {} is in GPU memory: no RDMA reaches it (Client::get "
+                                                        "and put go through the agent)", region.name, agent_name(p)));
     return rkey_for(p, region);
 }
 
@@ -57,6 +60,10 @@ void Client::Impl::issue_rma(Peer& p, const std::shared_ptr<CallState>& c, const
 }
 
 void Client::Impl::start_rma(Peer& p, const std::shared_ptr<CallState>& c) {
+    if (c->region.gpu) {
+        start_gpu_transfer(p, c);
+        return;
+    }
     bool is_get = c->kind == Kind::get;
     auto length = is_get ? c->scratch.size() : c->args.size();
     issue_rma(p, c, c->region, c->offset, length, is_get, [this, c, is_get](ucs_status_t s) {
@@ -133,4 +140,29 @@ Result<bool> Client::mapped(const RemoteRegion& region) {
     if (!answer) return tl::make_unexpected(answer.error());
     return answer->size() == 1 && answer->front() != std::byte{0};
 }
+void Client::Impl::start_gpu_transfer(Peer& p, const std::shared_ptr<CallState>& c) {
+    const bool is_get = c->kind == Kind::get;
+    const std::uint64_t length = is_get ? c->scratch.size() : c->args.size();
+    const auto& r = c->region;
+    if (c->offset > r.size || length > r.size - c->offset) {
+        c->complete(fail(Errc::out_of_bounds, fmt::format("{} bytes at offset {} lie outside GPU region '{}' ({} bytes) of {}",
+                                                          length, c->offset, r.name, r.size, agent_name(p))));
+        return;
+    }
+    // The agent reads into a reply or writes from this message: each is one message.
+    const std::uint64_t limit = is_get ? p.info->max_result : p.info->max_message - (2 + r.name.size() + 8);
+    if (length > limit) {
+        c->complete(fail(Errc::too_large, fmt::format("{} bytes of GPU region '{}' in one call exceed {}'s limit of {} (split "
+                                                      "the range into several calls)", length, r.name, agent_name(p), limit)));
+        return;
+    }
+    if (is_get) {
+        c->scratch = {}; // the reply brings the bytes
+        engine->send(p.ep, wire::encode_gpu_read(c->id, {r.name, c->offset, length}));
+    } else {
+        engine->send(p.ep, wire::encode_gpu_write(c->id, {r.name, c->offset, c->args}));
+    }
+    pending[c->id] = c;
+}
+
 } // namespace bitship

@@ -187,9 +187,12 @@ void Client::Impl::on_message(Incoming&& in) {
     case wire::Type::info_reply:
     case wire::Type::kernel_stats_reply:
     case wire::Type::cache_list_reply:
-    case wire::Type::ack:
         pending.erase(it);
         c->complete(std::move(in.payload));
+        return;
+    case wire::Type::ack: // a control request's, or a GPU region write's (which returns no bytes)
+        pending.erase(it);
+        c->complete(c->kind == Kind::put ? Bytes{} : std::move(in.payload));
         return;
     case wire::Type::error: {
         const auto& e = std::get<wire::ErrorMsg>(msg->body);

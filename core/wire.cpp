@@ -86,6 +86,9 @@ Result<bool> read_session(std::span<const std::byte> rest, Welcome& w) {
         return fail(Errc::malformed_message,
                     fmt::format("WELCOME message: sandbox mode {} is none of none (0), sfi (1)", *sandbox));
     w.sandbox = static_cast<SandboxMode>(*sandbox);
+    if (in.remaining() == 0) return true; // an agent from before the GPU details
+    if (auto gpus = decode_gpu_details(rest.subspan(rest.size() - in.remaining()), w.caps); !gpus)
+        return tl::make_unexpected(gpus.error());
     return true;
 }
 
@@ -125,6 +128,8 @@ std::string_view to_string(Type t) noexcept {
     case Type::auth: return "AUTH";
     case Type::window: return "WINDOW";
     case Type::batch: return "BATCH";
+    case Type::gpu_read: return "GPU_READ";
+    case Type::gpu_write: return "GPU_WRITE";
     }
     return "UNKNOWN";
 }
@@ -185,10 +190,22 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
     }
     case Type::run: {
         Run r;
+        if (header.flags & ~(kFlagWindow | kFlagGpu))
+            return fail(Errc::malformed_message, fmt::format("RUN message has unknown flags {:#06x}", header.flags));
         if (header.flags & kFlagWindow) {
             auto args_offset = in.u64(), args_size = in.u64(), result_offset = in.u64(), result_capacity = in.u64();
             if (!args_offset || !args_size || !result_offset || !result_capacity) return truncated(t, "window");
             r.window = WindowUse{*args_offset, *args_size, *result_offset, *result_capacity};
+        }
+        if (header.flags & kFlagGpu) {
+            GpuLaunch g;
+            for (auto* field : {&g.grid[0], &g.grid[1], &g.grid[2], &g.block[0], &g.block[1], &g.block[2],
+                                &g.result_bytes, &g.device}) {
+                auto v = in.u32();
+                if (!v) return truncated(t, "gpu launch");
+                *field = *v;
+            }
+            r.gpu = g;
         }
         auto hash = in.bytes(32);
         if (!hash) return truncated(t, "hash");
@@ -303,7 +320,30 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         auto size = in.u64();
         auto rkey = in.blob32();
         if (!base || !size || !rkey) return truncated(t, "rkey");
-        m.body = RegionInfo{*base, *size, *rkey};
+        RegionInfo info{*base, *size, *rkey};
+        if (in.remaining() != 0) { // a GPU region
+            auto memory = in.u8();
+            auto index = in.u32();
+            if (!memory || !index) return truncated(t, "gpu region");
+            if (*memory != 1) return fail(Errc::malformed_message, fmt::format("REGION_INFO message: memory kind {} is not gpu (1)", *memory));
+            info.gpu = true;
+            info.gpu_index = *index;
+        }
+        m.body = info;
+        break;
+    }
+    case Type::gpu_read: {
+        auto name = in.str16();
+        auto offset = in.u64(), length = in.u64();
+        if (!name || !offset || !length) return truncated(t, "range");
+        m.body = GpuRead{*name, *offset, *length};
+        break;
+    }
+    case Type::gpu_write: {
+        auto name = in.str16();
+        auto offset = in.u64();
+        if (!name || !offset) return truncated(t, "range");
+        m.body = GpuWrite{*name, *offset, *in.bytes(in.remaining())};
         break;
     }
     case Type::info:
@@ -449,6 +489,10 @@ Encoded encode_welcome(const Welcome& x) {
     write_array(session, x.challenge);
     session.u8(static_cast<std::uint8_t>(x.sandbox));
     auto tail = std::move(session).take();
+    if (!x.caps.gpu_devices.empty() || !x.caps.gpu_regions.empty()) { // absent: no GPU, as before them
+        auto gpus = encode_gpu_details(x.caps);
+        tail.insert(tail.end(), gpus.begin(), gpus.end());
+    }
     block.insert(block.end(), tail.begin(), tail.end());
     w.blob32(block);
     return finish(start(Type::welcome, 0), std::move(w));
@@ -462,6 +506,10 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
         w.u64(r.window->result_offset);
         w.u64(r.window->result_capacity);
     }
+    if (r.gpu)
+        for (auto v : {r.gpu->grid[0], r.gpu->grid[1], r.gpu->grid[2], r.gpu->block[0], r.gpu->block[1], r.gpu->block[2],
+                       r.gpu->result_bytes, r.gpu->device})
+            w.u32(v);
     std::size_t peers = 0;
     for (auto p : r.peers) peers += 2 + p.size();
     w.reserve(sizeof r.hash + 8 + 3 * 2 + 2 + r.entry.size() + 4 + kArgsAlignment + r.args.size() + 4 + r.code.size() + 4 +
@@ -491,6 +539,7 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
     }
     auto e = finish(start(Type::run, id), std::move(w));
     if (r.window) e.header.flags |= kFlagWindow;
+    if (r.gpu) e.header.flags |= kFlagGpu;
     return e;
 }
 
@@ -545,7 +594,28 @@ Encoded encode_region_info(std::uint64_t id, const RegionInfo& info) {
     w.u64(info.base);
     w.u64(info.size);
     w.blob32(info.rkey);
+    if (info.gpu) {
+        w.u8(1);
+        w.u32(info.gpu_index);
+    }
     return finish(start(Type::region_info, id), std::move(w));
+}
+
+Encoded encode_gpu_read(std::uint64_t id, const GpuRead& r) {
+    ByteWriter w;
+    w.str16(r.name);
+    w.u64(r.offset);
+    w.u64(r.length);
+    return finish(start(Type::gpu_read, id), std::move(w));
+}
+
+Encoded encode_gpu_write(std::uint64_t id, const GpuWrite& x) {
+    ByteWriter w;
+    w.reserve(2 + x.name.size() + 8 + x.bytes.size());
+    w.str16(x.name);
+    w.u64(x.offset);
+    w.raw(x.bytes);
+    return finish(start(Type::gpu_write, id), std::move(w));
 }
 
 Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters) {

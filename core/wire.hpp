@@ -51,14 +51,19 @@ enum class Type : std::uint8_t {
     auth = 22,               ///< client → agent: its key and signature over WELCOME's challenge; ACK or ERROR
     window = 23,             ///< client → agent: this session's bulk window (REGION_INFO, or ERROR)
     batch = 24,              ///< either way: several whole messages in one (split_batch)
+    gpu_read = 25,           ///< client → agent: bytes of a GPU region (RESULT, or ERROR)
+    gpu_write = 26,          ///< client → agent: bytes into a GPU region (ACK, or ERROR)
 };
 
 /// The highest message type this build knows.
-inline constexpr Type kLastType = Type::batch;
+inline constexpr Type kLastType = Type::gpu_write;
 
 /// Header::flags of a RUN whose payload starts with a WindowUse, and of a RESULT whose payload
 /// is a WindowSpan (the bytes are in the session's bulk window, agents/bulk_windows.hpp).
 inline constexpr std::uint16_t kFlagWindow = 1u << 0;
+/// Header::flags of a RUN for a GPU slice: its payload carries a GpuLaunch (after the WindowUse
+/// when it has both). A RUN with any other flag is refused.
+inline constexpr std::uint16_t kFlagGpu = 1u << 1;
 
 std::string_view to_string(Type t) noexcept;
 
@@ -141,6 +146,16 @@ struct WindowUse {
     std::uint64_t result_capacity = 0;
 };
 
+/// How a GPU RUN is launched (ShipOptions::grid, block, gpu_result_bytes, gpu_device). A zero
+/// grid or block `x` asks for the agent's default geometry.
+struct GpuLaunch {
+    std::array<std::uint32_t, 3> grid{0, 1, 1};
+    std::array<std::uint32_t, 3> block{0, 1, 1};
+    std::uint32_t result_bytes = 8;
+    std::uint32_t device = 0;
+    friend bool operator==(const GpuLaunch&, const GpuLaunch&) = default;
+};
+
 /// A RESULT's bytes in the session's bulk window.
 struct WindowSpan {
     std::uint64_t offset = 0;
@@ -165,6 +180,8 @@ struct Run {
     /// Sent (Header::flags kFlagWindow) by a client that holds a bulk window on this session;
     /// with it the message's own args are empty. Never forwarded.
     std::optional<WindowUse> window;
+    /// Sent (Header::flags kFlagGpu) when the code is a GPU slice. Never forwarded.
+    std::optional<GpuLaunch> gpu;
 };
 
 struct NeedCode {
@@ -197,7 +214,25 @@ struct Region {
 struct RegionInfo {
     std::uint64_t base = 0;
     std::uint64_t size = 0;
-    std::span<const std::byte> rkey; ///< packed UCX remote key
+    std::span<const std::byte> rkey; ///< packed UCX remote key (empty for a GPU region)
+    /// A GPU region: `u8 1 · u32 index` after the rkey (absent: host memory). `gpu_index` is its
+    /// place in a GPU kernel's `regions`; base is 0 (its device address is the agent's own).
+    bool gpu = false;
+    std::uint32_t gpu_index = 0;
+};
+
+/// GPU_READ: `length` bytes at `offset` of GPU region `name`.
+struct GpuRead {
+    std::string_view name;
+    std::uint64_t offset = 0;
+    std::uint64_t length = 0;
+};
+
+/// GPU_WRITE: `bytes` at `offset` of GPU region `name`.
+struct GpuWrite {
+    std::string_view name;
+    std::uint64_t offset = 0;
+    std::span<const std::byte> bytes;
 };
 
 /// INFO_REPLY: name → value, both text, in the agent's order; a value an agent cannot tell is "n/a".
@@ -267,7 +302,7 @@ struct Ack {
 struct Empty {};
 
 using Body = std::variant<Hello, Welcome, Run, NeedCode, ResultMsg, ErrorMsg, Ping, StatsReply, Region, RegionInfo, Fields,
-                          KernelStatsReply, CacheList, CacheEvict, Ack, Auth, Empty>;
+                          KernelStatsReply, CacheList, CacheEvict, Ack, Auth, GpuRead, GpuWrite, Empty>;
 
 /// A decoded message: views into the payload buffer it was decoded from.
 struct Message {
@@ -289,6 +324,12 @@ struct Encoded {
 /// when given, gets how many bytes of the block the capabilities took (later fields follow).
 std::vector<std::byte> encode_capabilities(const Capabilities& caps);
 Result<Capabilities> decode_capabilities(std::span<const std::byte> block, std::size_t* used = nullptr);
+/// The GPU details of Capabilities (gpu_devices, gpu_regions), which WELCOME carries last in the
+/// same block, after the session fields (older decoders stop before them): `u16 n · n × (str16
+/// name, u32 sm, u32 multiprocessors, u64 memory, i32 numa) · u16 m · m × (str16 name, u64 size,
+/// u32 device)`. Decoding refuses counts the bytes cannot hold and bytes after the lists.
+std::vector<std::byte> encode_gpu_details(const Capabilities& caps);
+Result<void> decode_gpu_details(std::span<const std::byte> bytes, Capabilities& caps);
 
 Encoded encode_hello(std::string_view client);
 Encoded encode_welcome(const Welcome& w);
@@ -302,6 +343,8 @@ Encoded encode_ping(Type type, std::uint64_t id, std::span<const std::byte> byte
 Encoded encode_stats(std::uint64_t id);
 Encoded encode_region(std::uint64_t id, std::string_view name);
 Encoded encode_region_info(std::uint64_t id, const RegionInfo& info);
+Encoded encode_gpu_read(std::uint64_t id, const GpuRead& r);
+Encoded encode_gpu_write(std::uint64_t id, const GpuWrite& w);
 Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters);
 /// A BATCH carries whole messages (a Header, then its payload) back to back. The sending
 /// engine makes one when many small messages go to one peer at once (Engine::Cork); the

@@ -43,7 +43,24 @@ struct Capabilities {
     std::uint32_t pus = 0;        ///< hardware threads
     std::vector<NumaNode> numa;   ///< at least one when the agent could read its topology
     std::string cpu_model;        ///< the CPU's own name (hwloc's CPUModel), "" when unknown
-    std::uint32_t gpus = 0;       ///< GPUs the agent can run kernels on (none yet)
+    std::uint32_t gpus = 0;       ///< GPUs the agent runs kernels on (`gpu_devices.size()` from agents that list them)
+    /// Those GPUs, as the CUDA driver reports them, in the agent's order (device 0 first).
+    struct Gpu {
+        std::string name;                ///< "NVIDIA H100 80GB HBM3"
+        std::uint32_t sm = 0;            ///< compute capability, major * 10 + minor (90)
+        std::uint32_t multiprocessors = 0;
+        std::uint64_t memory_bytes = 0;
+        std::int32_t numa_node = -1;     ///< the NUMA node it sits near (hwloc), -1 when unknown
+    };
+    std::vector<Gpu> gpu_devices;
+    /// The agent's GPU regions (xagent --region NAME=SIZE@gpu0), in the order a GPU kernel's
+    /// `regions` parameter lists them.
+    struct GpuRegion {
+        std::string name;
+        std::uint64_t size = 0;
+        std::uint32_t device = 0;
+    };
+    std::vector<GpuRegion> gpu_regions;
 };
 
 } // namespace bitship

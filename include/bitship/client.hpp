@@ -88,7 +88,8 @@ struct CallState;
 /// How a call may travel beyond its first agent.
 /// Which processor a call may run on (ShipOptions::device).
 enum class Device : std::uint8_t {
-    /// The agent's CPU slice; a GPU slice once agents run them and the agent has a GPU.
+    /// The agent's CPU slice; the bundle's nvptx64 slice when it has none for the agent's CPU
+    /// and the agent has a GPU.
     any,
     /// The bundle's slice for the agent's CPU only.
     cpu,
@@ -109,6 +110,18 @@ struct ShipOptions {
     bool forward = false;
     /// Which of the bundle's slices may serve the call.
     Device device = Device::any;
+    /// A GPU call's launch geometry, as CUDA's dim3 (grid of blocks, block of threads). A zero
+    /// `x` lets the agent choose: 256 threads a block, 8 blocks per multiprocessor, which a
+    /// grid-stride loop (bs_gpu_global_id_x/bs_gpu_global_size_x) covers any size with.
+    struct Dim3 {
+        std::uint32_t x = 0, y = 1, z = 1;
+    };
+    Dim3 grid{}, block{};
+    /// A GPU call's result: this many bytes of device memory, zeroed before the launch, are the
+    /// kernel's `result` and come back as the call's result (at most the agent's max_result).
+    std::uint32_t gpu_result_bytes = 8;
+    /// Which of the agent's GPUs runs a GPU call (AgentInfo::capabilities.gpu_devices).
+    std::uint32_t gpu_device = 0;
 };
 
 /// An agent's load as it reported it in its latest reply (RESULT or ERROR) to this client: the
@@ -125,7 +138,12 @@ struct RemoteRegion {
     std::uint64_t target = 0;  ///< Target::id() of its agent
     std::uint64_t base = 0;    ///< its address in the agent's process
     std::uint64_t size = 0;
-    std::shared_ptr<const Bytes> packed_rkey;
+    std::shared_ptr<const Bytes> packed_rkey; ///< empty for a GPU region
+    /// A region in the agent's GPU memory (xagent --region NAME=SIZE@gpuN): get/put go through
+    /// the agent, which stages them through pinned host memory; there is no RDMA to it, and
+    /// CPU kernels do not see it. `gpu_index`: its place in a GPU kernel's `regions`.
+    bool gpu = false;
+    std::uint32_t gpu_index = 0;
 };
 
 /// One step of a dependent GET walk: read `length` bytes at `offset` of `region`.
@@ -283,9 +301,12 @@ public:
 
     /// Looks up memory region `name` of `target` (once; later calls hit a cache).
     Result<RemoteRegion> region(const Target& target, std::string_view name);
-    /// One-sided read of `length` bytes at `offset` of `region`.
+    /// One-sided read of `length` bytes at `offset` of `region`. A GPU region is read by its
+    /// agent (device to pinned host memory, then the wire): up to the agent's max_result bytes
+    /// a call; keep several in flight for a large range.
     Future get(const RemoteRegion& region, std::uint64_t offset, std::uint32_t length);
-    /// One-sided write of `data` at `offset` of `region`.
+    /// One-sided write of `data` at `offset` of `region` (a GPU region: through its agent, up to
+    /// the agent's max_message bytes a call).
     Future put(const RemoteRegion& region, std::uint64_t offset, Bytes data);
     /// A walk of dependent GETs driven from the progress thread, one network round trip per
     /// step and no thread hand-off between steps. `next` gets the bytes the last step read

@@ -28,7 +28,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         sink = w->agent.size() + w->caps.numa.size() + static_cast<unsigned>(w->access) + w->challenge[31];
     } else if (const auto* a = std::get_if<wire::Auth>(&m->body)) {
         sink = a->key[0] + a->signature[63];
+    } else if (const auto* g = std::get_if<wire::GpuWrite>(&m->body)) {
+        sink = g->name.size() + g->bytes.size() + (g->bytes.empty() ? 0u : static_cast<unsigned>(g->bytes.back()));
+    } else if (const auto* gr = std::get_if<wire::GpuRead>(&m->body)) {
+        sink = gr->name.size() + (gr->name.empty() ? 0u : static_cast<unsigned>(gr->name.back()));
     }
+    if (const auto* w = std::get_if<wire::Welcome>(&m->body))
+        for (const auto& g : w->caps.gpu_devices) sink = sink + g.name.size() + g.sm;
     (void)sink;
     return 0;
 }
