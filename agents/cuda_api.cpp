@@ -49,6 +49,7 @@ Result<std::shared_ptr<const CudaApi>> CudaApi::load(const std::string& library)
     bind(api->cuDeviceGetCount, "cuDeviceGetCount");
     bind(api->cuDeviceGet, "cuDeviceGet");
     bind(api->cuDeviceGetName, "cuDeviceGetName");
+    bind(api->cuDeviceGetPCIBusId, "cuDeviceGetPCIBusId");
     bind(api->cuDeviceGetAttribute, "cuDeviceGetAttribute");
     bind(api->cuDeviceTotalMem, "cuDeviceTotalMem_v2");
     bind(api->cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");

@@ -142,6 +142,7 @@ struct CudaApi {
     CUresult (*cuDeviceGetCount)(int* count) = nullptr;
     CUresult (*cuDeviceGet)(CUdevice* device, int ordinal) = nullptr;
     CUresult (*cuDeviceGetName)(char* name, int length, CUdevice device) = nullptr;
+    CUresult (*cuDeviceGetPCIBusId)(char* bus_id, int length, CUdevice device) = nullptr;
     CUresult (*cuDeviceGetAttribute)(int* value, int attribute, CUdevice device) = nullptr;
     /// cuDeviceTotalMem_v2
     CUresult (*cuDeviceTotalMem)(std::size_t* bytes, CUdevice device) = nullptr;

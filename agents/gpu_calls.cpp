@@ -6,7 +6,21 @@
 #include "agent_impl.hpp"
 #include "cuda_driver.hpp"
 
+#include <cctype>
+#include <fstream>
+
 namespace bitship::agent {
+namespace {
+// The NUMA node a PCI device sits near, as the kernel reports it (what hwloc's PCI discovery
+// reads too; the agent's hwloc runs without it): -1 when unknown.
+std::int32_t numa_node_of(std::string bus_id) {
+    for (auto& c : bus_id) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::ifstream in("/sys/bus/pci/devices/" + bus_id + "/numa_node");
+    int node = -1;
+    if (bus_id.empty() || !(in >> node)) return -1;
+    return node;
+}
+} // namespace
 
 Result<void> Agent::Impl::open_gpus() {
     auto driver = load_cuda_driver(config.cuda_library);
@@ -41,7 +55,7 @@ Result<void> Agent::Impl::open_gpus() {
     caps.gpu_devices.clear();
     caps.gpu_regions.clear();
     for (const auto& g : gpus) {
-        caps.gpu_devices.push_back({g->name(), g->sm(), g->multiprocessors(), g->memory_bytes(), -1});
+        caps.gpu_devices.push_back({g->name(), g->sm(), g->multiprocessors(), g->memory_bytes(), numa_node_of(g->pci_bus_id())});
         for (const auto& r : g->regions())
             caps.gpu_regions.push_back({r.name, r.size, static_cast<std::uint32_t>(g->ordinal())});
     }

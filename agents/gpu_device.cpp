@@ -38,6 +38,7 @@ constexpr auto kMaxPollSleep = 100us;
 constexpr unsigned kDefaultBlockThreads = 256;
 constexpr unsigned kDefaultBlocksPerMultiprocessor = 8;
 constexpr int kNameLength = 256;
+constexpr int kBusIdLength = 32; ///< "0000:3B:00.0" and its NUL, with room
 constexpr std::size_t kHashDigits = 12;
 constexpr std::size_t kDims = 3;
 
@@ -104,6 +105,7 @@ struct GpuDevice::Impl {
     // Set by open(), constant afterwards.
     cuda::CUdevice device = 0;
     std::string name;
+    std::string pci_bus_id; ///< "0000:3B:00.0", or empty
     unsigned sm = 0;
     unsigned multiprocessors = 0;
     std::uint64_t memory_bytes = 0;
@@ -489,6 +491,9 @@ Result<std::unique_ptr<GpuDevice>> GpuDevice::open(std::shared_ptr<const CudaApi
     if (CUresult r = cu.cuDeviceGetName(name, kNameLength - 1, impl->device); r != cuda::kSuccess)
         return refused("cuDeviceGetName", r);
     impl->name = name;
+    char bus_id[kBusIdLength] = {};
+    if (CUresult r = cu.cuDeviceGetPCIBusId(bus_id, kBusIdLength - 1, impl->device); r == cuda::kSuccess)
+        impl->pci_bus_id = bus_id; // only to place it among NUMA nodes: not worth refusing the GPU over
     auto attribute = [&](int which, std::string_view what) -> Result<std::uint32_t> {
         int value = 0;
         if (CUresult r = cu.cuDeviceGetAttribute(&value, which, impl->device); r != cuda::kSuccess)
@@ -551,6 +556,9 @@ int GpuDevice::ordinal() const noexcept {
 }
 const std::string& GpuDevice::name() const noexcept {
     return impl_->name;
+}
+const std::string& GpuDevice::pci_bus_id() const noexcept {
+    return impl_->pci_bus_id;
 }
 unsigned GpuDevice::sm() const noexcept {
     return impl_->sm;

@@ -52,6 +52,8 @@ public:
 
     [[nodiscard]] int ordinal() const noexcept;
     [[nodiscard]] const std::string& name() const noexcept;
+    /// The driver's PCI address of the GPU ("0000:3B:00.0"); empty when it did not say.
+    [[nodiscard]] const std::string& pci_bus_id() const noexcept;
     /// Compute capability as major * 10 + minor (90 for an H100).
     [[nodiscard]] unsigned sm() const noexcept;
     [[nodiscard]] unsigned multiprocessors() const noexcept;

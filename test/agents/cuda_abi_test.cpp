@@ -21,6 +21,7 @@ using GetErrorString = decltype(CudaApi::cuGetErrorString);
 using DeviceGetCount = decltype(CudaApi::cuDeviceGetCount);
 using DeviceGet = decltype(CudaApi::cuDeviceGet);
 using DeviceGetName = decltype(CudaApi::cuDeviceGetName);
+using DeviceGetPCIBusId = decltype(CudaApi::cuDeviceGetPCIBusId);
 using DeviceGetAttribute = decltype(CudaApi::cuDeviceGetAttribute);
 using DeviceTotalMem = decltype(CudaApi::cuDeviceTotalMem);
 using DevicePrimaryCtxRetain = decltype(CudaApi::cuDevicePrimaryCtxRetain);
@@ -49,7 +50,7 @@ using MemcpyDtoHAsync = decltype(CudaApi::cuMemcpyDtoHAsync);
 using MemHostRegister = decltype(CudaApi::cuMemHostRegister);
 using MemHostUnregister = decltype(CudaApi::cuMemHostUnregister);
 /// The functions named above: CudaApi must have no more (checked by its size below).
-constexpr std::size_t kFunctions = 34;
+constexpr std::size_t kFunctions = 35;
 } // namespace ours
 
 // Every member is a function pointer but `library`: a member added to CudaApi must be added to
@@ -108,6 +109,7 @@ BITSHIP_SAME_FUNCTION(ours::GetErrorString, cuGetErrorString);
 BITSHIP_SAME_FUNCTION(ours::DeviceGetCount, cuDeviceGetCount);
 BITSHIP_SAME_FUNCTION(ours::DeviceGet, cuDeviceGet);
 BITSHIP_SAME_FUNCTION(ours::DeviceGetName, cuDeviceGetName);
+BITSHIP_SAME_FUNCTION(ours::DeviceGetPCIBusId, cuDeviceGetPCIBusId);
 BITSHIP_SAME_FUNCTION(ours::DeviceGetAttribute, cuDeviceGetAttribute);
 BITSHIP_SAME_FUNCTION(ours::DeviceTotalMem, cuDeviceTotalMem_v2);
 BITSHIP_SAME_FUNCTION(ours::DevicePrimaryCtxRetain, cuDevicePrimaryCtxRetain);

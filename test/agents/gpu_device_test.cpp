@@ -396,6 +396,10 @@ CUresult device_name(char* name, int length, CUdevice) {
     std::snprintf(name, static_cast<std::size_t>(length), "Fake GPU");
     return cuda::kSuccess;
 }
+CUresult device_bus_id(char* id, int length, CUdevice) {
+    std::snprintf(id, static_cast<std::size_t>(length), "0000:3B:00.0");
+    return cuda::kSuccess;
+}
 CUresult device_attribute(int* value, int attribute, CUdevice) {
     switch (attribute) {
     case cuda::kAttrMaxThreadsPerBlock:
@@ -733,6 +737,7 @@ std::shared_ptr<const CudaApi> api() {
     t->cuDeviceGetCount = device_count;
     t->cuDeviceGet = device_get;
     t->cuDeviceGetName = device_name;
+    t->cuDeviceGetPCIBusId = device_bus_id;
     t->cuDeviceGetAttribute = device_attribute;
     t->cuDeviceTotalMem = total_memory;
     t->cuDevicePrimaryCtxRetain = retain;
