@@ -146,7 +146,10 @@ void Agent::Impl::launch_gpu(std::shared_ptr<RunRequest> r) {
         auto began = Clock::now();
         Result<Bytes> out = [&] {
             LoadGauge::Running running(load_gauge);
-            return gpu.launch(r->run.hash, r->run.entry, r->run.args, launch.result_bytes, geometry, config.kernel_timeout);
+            // --kernel-timeout-ms 0 (never) waits as long as the GPU runs, in practice.
+            const auto timeout = config.kernel_timeout.count() > 0 ? config.kernel_timeout
+                                                                   : std::chrono::milliseconds(std::chrono::hours(24 * 365));
+            return gpu.launch(r->run.hash, r->run.entry, r->run.args, launch.result_bytes, geometry, timeout);
         }();
         auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - began).count();
         kernel_stats.on_run(kernel_stats.slot(r->run.hash, r->run.entry), static_cast<std::uint64_t>(took), nullptr, 0);

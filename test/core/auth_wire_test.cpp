@@ -7,12 +7,12 @@
 #include <iterator>
 
 #include "core/wire.hpp"
+#include "wire_checks.hpp"
 
 using namespace bitship;
+using bitship::test::as_bytes;
 
 namespace {
-
-std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
 
 wire::Welcome keyed_welcome() {
     wire::Welcome w;

@@ -5,23 +5,13 @@
 #include <string>
 
 #include "core/wire.hpp"
+#include "wire_checks.hpp"
 
 using namespace bitship;
+using bitship::test::as_bytes;
+using bitship::test::every_truncation_refused;
 
 namespace {
-
-std::span<const std::byte> as_bytes(const std::string& s) { return std::as_bytes(std::span(s.data(), s.size())); }
-
-void every_truncation_refused(const wire::Encoded& e) {
-    for (std::size_t n = 0; n < e.payload.size(); ++n) {
-        auto h = e.header;
-        h.payload_size = static_cast<std::uint32_t>(n);
-        std::vector<std::byte> cut(e.payload.begin(), e.payload.begin() + static_cast<std::ptrdiff_t>(n));
-        auto m = wire::decode(h, cut);
-        REQUIRE_FALSE(m);
-        CHECK(m.error().code == Errc::malformed_message);
-    }
-}
 
 wire::Run gpu_run() {
     wire::Run r;
