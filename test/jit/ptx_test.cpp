@@ -18,6 +18,7 @@
 #include <catch2/catch.hpp>
 
 #include <bitship/bundle.hpp>
+#include <gpu_ops_kernels.hpp> // test/gpu's kernels, which run on the GPU machine
 #include <gpu_test_kernels.hpp>
 
 #include "ptx_compile.hpp"
@@ -35,8 +36,10 @@ fs::path cuda_home() {
     return kCudaHome;
 }
 
-std::span<const std::byte> nvptx_slice() {
-    static auto view = BundleView::parse(gpu_test_kernels::bundle());
+using BundleFn = std::span<const std::byte> (*)() noexcept;
+
+std::span<const std::byte> nvptx_slice(BundleFn bundle = gpu_test_kernels::bundle) {
+    auto view = BundleView::parse(bundle());
     REQUIRE(view);
     auto index = view->find_slice("nvptx64-nvidia-cuda");
     REQUIRE(index);
@@ -68,8 +71,8 @@ int run(const std::string& command) {
     return (status != -1 && WIFEXITED(status)) ? WEXITSTATUS(status) : -1;
 }
 
-std::string ptx_for(unsigned sm = 90) {
-    auto ptx = jit::compile_to_ptx(nvptx_slice(), sm, jit::find_libdevice());
+std::string ptx_for(unsigned sm = 90, BundleFn bundle = gpu_test_kernels::bundle) {
+    auto ptx = jit::compile_to_ptx(nvptx_slice(bundle), sm, jit::find_libdevice());
     if (!ptx) FAIL(ptx.error().describe());
     return *ptx;
 }
@@ -190,17 +193,23 @@ TEST_CASE("ptx: compile_to_ptx refuses what is not nvptx64 bitcode, and libdevic
     CHECK(unreadable.error().message.find("/nonexistent/libdevice.10.bc") != std::string::npos);
 }
 
-TEST_CASE("ptx: ptxas accepts the PTX for sm_90", "[unit]") {
+TEST_CASE("ptx: ptxas accepts the PTX for sm_90, of the sample kernels and of test/gpu's", "[unit]") {
     fs::path ptxas = cuda_home() / "bin/ptxas";
     if (!fs::exists(ptxas) || jit::find_libdevice().empty()) {
         WARN("skipped: no " << ptxas << " or libdevice (CUDA Toolkit not installed)");
         return;
     }
-    TempDir dir;
-    write_file(dir.path / "k.ptx", ptx_for(90));
-    CHECK(run("'" + ptxas.string() + "' -arch=sm_90 '" + (dir.path / "k.ptx").string() + "' -o '" +
-              (dir.path / "k.cubin").string() + "'") == 0);
-    CHECK(fs::file_size(dir.path / "k.cubin") > 0);
+    for (auto bundle : {gpu_test_kernels::bundle, gpu_ops_kernels::bundle}) {
+        TempDir dir;
+        auto ptx = ptx_for(90, bundle);
+        write_file(dir.path / "k.ptx", ptx);
+        CHECK(run("'" + ptxas.string() + "' -arch=sm_90 '" + (dir.path / "k.ptx").string() + "' -o '" +
+                  (dir.path / "k.cubin").string() + "'") == 0);
+        CHECK(fs::file_size(dir.path / "k.cubin") > 0);
+        if (bundle == gpu_ops_kernels::bundle)
+            for (const char* entry : {"fill_u64", "sum_u64", "where", "sees_data", "fault", "spin_forever"})
+                CHECK(ptx.find(std::string(".entry ") + entry) != std::string::npos);
+    }
 }
 
 TEST_CASE("ptx: nvJitLink makes an sm_90 cubin of the PTX", "[unit]") {
