@@ -25,8 +25,18 @@ std::int32_t numa_node_of(std::string bus_id) {
 Result<void> Agent::Impl::open_gpus() {
     auto driver = load_cuda_driver(config.cuda_library);
     cuda_summary = describe(driver);
+    // The sfi sandbox confines CPU code to the arena; a GPU kernel reaches all of its context's
+    // device memory, the pinned staging buffers and, where the driver maps it (HMM), the
+    // agent's host memory: running one would void the sandbox's promise.
+    const bool confined = config.sandbox == SandboxMode::sfi;
+    if (confined && !config.gpu_regions.empty())
+        return fail(Errc::invalid_argument,
+                    fmt::format("GPU region '{}': GPU kernels cannot be confined by --sandbox sfi (they reach all GPU "
+                                "memory and, through the driver, host memory); start the agent with --sandbox none to "
+                                "run GPU kernels", config.gpu_regions.front().name));
     if (driver && !config.gpus) cuda_summary += " (not used: --no-gpu)";
-    if (driver && config.gpus) {
+    else if (driver && confined) cuda_summary += " (not used: GPU kernels cannot be confined by --sandbox sfi)";
+    if (driver && config.gpus && !confined) {
         for (const auto& d : driver->devices) {
             auto gpu = GpuDevice::open(driver->api, d.ordinal);
             if (!gpu) { // later ordinals would shift: stop at the first that cannot be used

@@ -147,11 +147,12 @@ int main(int argc, char** argv) {
     app.add_option("--max-result", max_result, "largest kernel reply, bytes")->capture_default_str();
     app.add_option("--region", region_specs,
                    "allocate and register memory region NAME=SIZE (e.g. chase=1G), or NAME=SIZE@gpuN in GPU N's memory "
-                   "(read and written through the agent; only GPU kernels see it); repeatable");
+                   "(read and written through the agent; only GPU kernels see it; needs --sandbox none); repeatable");
     bool no_gpu = false;
     app.add_flag("--no-gpu", no_gpu,
-                 "run no GPU kernels even where the CUDA driver (libcuda.so.1, found at run time) lists GPUs; by default "
-                 "every GPU it lists runs the bundles' nvptx64 slices");
+                 "run no GPU kernels even where the CUDA driver (libcuda.so.1, found at run time) lists GPUs; by default, "
+                 "under --sandbox none, every GPU it lists runs the bundles' nvptx64 slices (sfi cannot confine GPU "
+                 "kernels, so an sfi agent runs none)");
     std::string region_memory = "auto";
     app.add_option("--region-memory", region_memory,
                    "what backs regions: shared (same-host clients read them by direct loads; huge pages only where the "

@@ -347,7 +347,7 @@ int main(int argc, char** argv) {
         if (!transport) throw std::runtime_error(transport.error().message);
         launch::AgentProgram program{launch::AgentProcess::binary(), {}, kAgentStartTimeout};
         agent.emplace(program, cfg.transport,
-                      std::vector<std::string>{"--region", fmt::format("data={}@gpu0", bytes), "--log-level", "warn"});
+                      std::vector<std::string>{"--sandbox", "none", "--region", fmt::format("data={}@gpu0", bytes), "--log-level", "warn"});
         auto client = make_client(*transport);
         auto target = client.connect(agent->address());
         if (!target) throw std::runtime_error(target.error().describe());

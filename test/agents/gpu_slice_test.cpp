@@ -115,12 +115,19 @@ TEST_CASE("a GPU-less agent answers GPU RUNs and GPU region requests with errors
     CHECK(*again == 100);
 }
 
-TEST_CASE("xagent with a GPU region and no GPU to put it on refuses to start, naming the region and why", "[integration][gpu]") {
+TEST_CASE("xagent with a GPU region and no GPU to put it on, or under the sfi sandbox, refuses to start, naming the region and why",
+          "[integration][gpu]") {
     auto out = test::run_command(launch::AgentProcess::binary() +
-                                 " --transport tcp --listen 127.0.0.1:0 --region data=1M@gpu0 2>&1");
+                                 " --transport tcp --listen 127.0.0.1:0 --sandbox none --region data=1M@gpu0 2>&1");
     CHECK(out.status != 0);
     CHECK_THAT(out.text, Catch::Contains("GPU region 'data' is for GPU 0") && Catch::Contains("0 GPU(s)") &&
                              Catch::Contains("no CUDA driver"));
+    // Under the sfi sandbox (the default) no GPU kernel runs, GPU or not: it says so first.
+    auto confined = test::run_command(launch::AgentProcess::binary() +
+                                      " --transport tcp --listen 127.0.0.1:0 --region data=1M@gpu0 2>&1");
+    CHECK(confined.status != 0);
+    CHECK_THAT(confined.text, Catch::Contains("GPU kernels cannot be confined by --sandbox sfi") &&
+                                  Catch::Contains("--sandbox none"));
     auto bad = test::run_command(launch::AgentProcess::binary() + " --transport tcp --listen 127.0.0.1:0 --region data=1M@gpux 2>&1");
     CHECK(bad.status == 2);
     CHECK_THAT(bad.text, Catch::Contains("'@gpux' names no GPU"));

@@ -64,7 +64,8 @@ Target connect(Client& client, const AgentProcess& agent) {
 }
 
 struct GpuAgent {
-    AgentProcess agent{"tcp", {"--region", "data=64M@gpu0", "--kernel-timeout-ms", "2000"}};
+    // GPU kernels run only where the operator lets kernels reach beyond the sfi sandbox.
+    AgentProcess agent{"tcp", {"--sandbox", "none", "--region", "data=64M@gpu0", "--kernel-timeout-ms", "2000"}};
     Client client = make_client();
     Target target = connect(client, agent);
 };
