@@ -153,6 +153,10 @@ int main(int argc, char** argv) {
                  "run no GPU kernels even where the CUDA driver (libcuda.so.1, found at run time) lists GPUs; by default, "
                  "under --sandbox none, every GPU it lists runs the bundles' nvptx64 slices (sfi cannot confine GPU "
                  "kernels, so an sfi agent runs none)");
+    std::string cuda_library = config.cuda_library;
+    app.add_option("--cuda-library", cuda_library,
+                   "the CUDA driver library to dlopen (a driver outside the loader's path; tests use a fake)")
+        ->capture_default_str();
     std::string region_memory = "auto";
     app.add_option("--region-memory", region_memory,
                    "what backs regions: shared (same-host clients read them by direct loads; huge pages only where the "
@@ -266,6 +270,7 @@ int main(int argc, char** argv) {
         else config.regions.emplace_back(r->name, r->size);
     }
     config.gpus = !no_gpu;
+    config.cuda_library = cuda_library;
     if (!no_native)
         for (const auto& k : xrdma::native_kernels()) config.native_kernels.emplace_back(k.name, k.fn);
 

@@ -124,6 +124,9 @@ void Client::Impl::chain_step(const std::shared_ptr<CallState>& c, std::span<con
 
 Result<bool> Client::mapped(const RemoteRegion& region) {
     if (!region.packed_rkey) return fail(Errc::invalid_argument, "region has no remote key (not from Client::region)");
+    // GPU memory is never mapped here (get and put go through the agent); its key is empty, and
+    // UCX would read past it.
+    if (region.gpu) return false;
     // The unpacked keys live on the progress thread; ask there.
     auto c = impl_->new_call(region.target, Kind::region);
     impl_->engine->post([impl = impl_.get(), c, region] {

@@ -359,8 +359,8 @@ public:
     [[nodiscard]] AgentLoad load(const Target& target) const;
 
     /// Whether `region` is mapped into this process (a same-host agent's shared memory over the
-    /// shared-memory transport): its GETs and PUTs are then plain copies. Fails when the
-    /// region's agent is not connected or its key does not unpack.
+    /// shared-memory transport): its GETs and PUTs are then plain copies. A GPU region never is.
+    /// Fails when the region's agent is not connected or its key does not unpack.
     Result<bool> mapped(const RemoteRegion& region);
 
     /// A batch of calls to send together (see Batch).

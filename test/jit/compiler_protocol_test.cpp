@@ -103,7 +103,8 @@ TEST_CASE("every compiler protocol message decodes to what was encoded", "[unit]
     CHECK(request->target == proto::Target::object);
     CHECK(request->sm == 0);
 
-    auto ptx = proto::decode_compile(proto::encode(ptx_request(bundle, h)));
+    const auto ptx_bytes = proto::encode(ptx_request(bundle, h)); // the decoded request views into it
+    auto ptx = proto::decode_compile(ptx_bytes);
     REQUIRE(ptx);
     CHECK(ptx->id == 43);
     CHECK(ptx->target == proto::Target::ptx);
@@ -113,7 +114,8 @@ TEST_CASE("every compiler protocol message decodes to what was encoded", "[unit]
     CHECK(ptx->expected == h);
     CHECK(std::equal(ptx->bundle.begin(), ptx->bundle.end(), bundle.begin(), bundle.end()));
 
-    auto ptx_reply = proto::decode_compiled_ptx(proto::encode(sample_ptx_reply()));
+    const auto ptx_reply_bytes = proto::encode(sample_ptx_reply());
+    auto ptx_reply = proto::decode_compiled_ptx(ptx_reply_bytes);
     REQUIRE(ptx_reply);
     CHECK(ptx_reply->id == 8);
     CHECK(ptx_reply->made.ptx == sample_ptx_reply().made.ptx);
