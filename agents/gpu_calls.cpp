@@ -149,8 +149,9 @@ void Agent::Impl::launch_gpu(std::shared_ptr<RunRequest> r) {
     bool queued = pool->submit([this, r] {
         const auto& launch = *r->run.gpu;
         auto& gpu = *gpus[launch.device];
-        // A zero x asks for the device's default, per grid and per block.
-        GpuGeometry geometry = gpu.default_geometry();
+        // A zero x asks for the kernel's declared geometry, else the device's default, per
+        // grid and per block.
+        GpuGeometry geometry = gpu.geometry_for(r->run.hash, r->run.entry);
         if (launch.grid[0] != 0) std::copy(launch.grid.begin(), launch.grid.end(), geometry.grid);
         if (launch.block[0] != 0) std::copy(launch.block.begin(), launch.block.end(), geometry.block);
         auto began = Clock::now();

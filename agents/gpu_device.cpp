@@ -1,6 +1,7 @@
 #include "gpu_device.hpp"
 
 #include "cuda_api.hpp"
+#include "ptx_geometry.hpp"
 
 #include <algorithm>
 #include <array>
@@ -568,6 +569,20 @@ unsigned GpuDevice::multiprocessors() const noexcept {
 }
 std::uint64_t GpuDevice::memory_bytes() const noexcept {
     return impl_->memory_bytes;
+}
+
+GpuGeometry GpuDevice::geometry_for(const CodeHash& hash, std::string_view entry) const {
+    std::optional<DeclaredGeometry> declared;
+    {
+        std::lock_guard lock(impl_->mutex);
+        if (auto it = impl_->modules.find(hash); it != impl_->modules.end()) declared = declared_geometry(it->second.ptx, entry);
+    }
+    if (!declared) return default_geometry();
+    GpuGeometry g; // as declared: launch() refuses it, naming it, when the device cannot have it
+    g.block[0] = declared->threads;
+    g.grid[0] = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(std::uint64_t{declared->blocks_per_sm} * impl_->multiprocessors, 0xffffffffu));
+    return g;
 }
 
 GpuGeometry GpuDevice::default_geometry() const noexcept {

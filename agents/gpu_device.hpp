@@ -61,6 +61,10 @@ public:
     /// The geometry a call gets when it names none: 256 threads a block, 8 blocks per
     /// multiprocessor (a grid-stride loop covers any size with it).
     [[nodiscard]] GpuGeometry default_geometry() const noexcept;
+    /// The geometry a call of `entry` of module `hash` gets when it names none: what the kernel
+    /// declares (BS_GPU_GEOMETRY: threads a block, blocks per multiprocessor of this GPU), else
+    /// default_geometry().
+    [[nodiscard]] GpuGeometry geometry_for(const CodeHash& hash, std::string_view entry) const;
 
     /// Allocates a GPU region of `size` bytes of device memory, zeroed. At start-up, before any
     /// launch. invalid_argument for a duplicate name or size 0, no_device (with the driver's

@@ -46,6 +46,7 @@ namespace bitship::jit {
 namespace {
 
 constexpr const char* kTriple = "nvptx64-nvidia-cuda";
+constexpr llvm::StringLiteral kGeometryPrefix = "bs_gpu_geometry_"; // BS_GPU_GEOMETRY_PREFIX (gpu_kernel.h)
 
 // Externals a kernel may leave for ptxas and the driver: the device's system calls.
 bool is_device_syscall(llvm::StringRef name) { return name == "vprintf" || name == "malloc" || name == "free"; }
@@ -209,7 +210,12 @@ Result<std::string> compile_to_ptx(std::span<const std::byte> bitcode, unsigned 
         drop_target_attributes(*module);
     }
 
-    llvm::internalizeModule(*module, [&](const llvm::GlobalValue& gv) { return kernels.contains(gv.getName()); });
+    // The kernels stay external, and so do their declared geometries (BS_GPU_GEOMETRY): the
+    // agent reads those from the PTX.
+    llvm::internalizeModule(*module, [&](const llvm::GlobalValue& gv) {
+        return kernels.contains(gv.getName()) ||
+               (llvm::isa<llvm::GlobalVariable>(gv) && gv.getName().starts_with(kGeometryPrefix));
+    });
 
     // O3 with the NVPTX TargetMachine: its PassBuilder callbacks put NVVMReflect (and
     // NVVMIntrRange) at the start of the pipeline, which folds libdevice's __nvvm_reflect.

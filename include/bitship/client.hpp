@@ -111,8 +111,9 @@ struct ShipOptions {
     /// Which of the bundle's slices may serve the call.
     Device device = Device::any;
     /// A GPU call's launch geometry, as CUDA's dim3 (grid of blocks, block of threads). A zero
-    /// `x` lets the agent choose: 256 threads a block, 8 blocks per multiprocessor, which a
-    /// grid-stride loop (bs_gpu_global_id_x/bs_gpu_global_size_x) covers any size with.
+    /// `x` takes the kernel's declared geometry (BS_GPU_GEOMETRY in <bitship/gpu_kernel.h>), else
+    /// the agent's: 256 threads a block, 8 blocks per multiprocessor, which a grid-stride loop
+    /// (bs_gpu_global_id_x/bs_gpu_global_size_x) covers any size with.
     struct Dim3 {
         std::uint32_t x = 0, y = 1, z = 1;
     };

@@ -58,6 +58,20 @@
 extern "C" {
 #endif
 
+/** Declares kernel `name`'s launch geometry for calls that name none (ShipOptions::grid and
+ *  block left at x = 0): `threads` a block and `blocks_per_sm` blocks per multiprocessor of the
+ *  GPU it runs on (a grid-stride loop covers any size with it). Without it the agent uses 256
+ *  and 8. Put it beside the kernel, in every slice's source (a CPU slice ignores it):
+ *
+ *      BS_GPU_GEOMETRY(sum_u64, 512, 4);
+ *
+ *  It defines a constant `bs_gpu_geometry_<name>` that the agent reads from the kernel's PTX. */
+#define BS_GPU_GEOMETRY(name, threads, blocks_per_sm)                                              \
+    extern const uint32_t bs_gpu_geometry_##name[2];                                               \
+    const uint32_t bs_gpu_geometry_##name[2] = {(threads), (blocks_per_sm)}
+/** What every such constant's name starts with. */
+#define BS_GPU_GEOMETRY_PREFIX "bs_gpu_geometry_"
+
 /** The signature every GPU kernel entry has. */
 typedef void (*bs_gpu_entry_fn)(const void* args, void* result, void* const* regions);
 

@@ -230,6 +230,13 @@ TEST_CASE("gpu plumbing (fake driver): the launch geometry asked for reaches the
     CHECK(u64(*dflt, 0) == 1);
     CHECK(u64(*dflt, 1) == 8ull * kFakeMultiprocessors);
     CHECK(u64(*dflt, 2) == 256);
+    // A kernel that declares its geometry (BS_GPU_GEOMETRY(where_declared, 128, 2)): the agent
+    // read it from the PTX its compiler made.
+    auto declared = g.client.ship(gpu_ops_kernels::where_declared, g.target, o).get();
+    INFO((declared ? std::string() : declared.error().describe()));
+    REQUIRE(declared);
+    CHECK(u64(*declared, 1) == 2ull * kFakeMultiprocessors);
+    CHECK(u64(*declared, 2) == 128);
 
     // 2048 threads a block: over the block's x limit, and over the threads a block.
     o.block = {2048, 1, 1};

@@ -170,6 +170,11 @@ TEST_CASE("gpu: device any takes the CPU slice, device gpu the GPU slice with th
     REQUIRE(dflt);
     CHECK(u64(*dflt, 1) == 8ull * g.target.info().capabilities.gpu_devices[0].multiprocessors);
     CHECK(u64(*dflt, 2) == 256);
+    // A kernel that declares its geometry (BS_GPU_GEOMETRY: 128 threads, 2 blocks per SM) gets it.
+    auto declared = g.client.ship(gpu_ops_kernels::where_declared, g.target, o).get();
+    REQUIRE(declared);
+    CHECK(u64(*declared, 1) == 2ull * g.target.info().capabilities.gpu_devices[0].multiprocessors);
+    CHECK(u64(*declared, 2) == 128);
 }
 
 TEST_CASE("gpu: a CPU kernel on the same agent does not see the GPU region, a GPU kernel does", "[gpu]") {

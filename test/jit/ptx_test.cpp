@@ -206,9 +206,13 @@ TEST_CASE("ptx: ptxas accepts the PTX for sm_90, of the sample kernels and of te
         CHECK(run("'" + ptxas.string() + "' -arch=sm_90 '" + (dir.path / "k.ptx").string() + "' -o '" +
                   (dir.path / "k.cubin").string() + "'") == 0);
         CHECK(fs::file_size(dir.path / "k.cubin") > 0);
-        if (bundle == gpu_ops_kernels::bundle)
-            for (const char* entry : {"fill_u64", "sum_u64", "where", "sees_data", "fault", "spin_forever"})
+        if (bundle == gpu_ops_kernels::bundle) {
+            for (const char* entry : {"fill_u64", "sum_u64", "where", "where_declared", "sees_data", "fault", "spin_forever"})
                 CHECK(ptx.find(std::string(".entry ") + entry) != std::string::npos);
+            // A declared geometry stays in the PTX, external, for the agent to read.
+            CHECK(ptx.find(".visible .global .align 4 .b8 bs_gpu_geometry_where_declared[8] = {128, 0, 0, 0, 2};") !=
+                  std::string::npos);
+        }
     }
 }
 

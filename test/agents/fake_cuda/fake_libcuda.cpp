@@ -37,7 +37,7 @@
 //       twice        result u64 = 2 * args u64[0]
 //       sum_u64      result u64 += sum of regions[0]'s first args u64[0] u64s
 //       fill_u64     args {count, mul, add}: regions[0] u64[i] = i * mul + add for i < count
-//       where        result u64[3] = {1, grid x, block x}
+//       where, where_declared  result u64[3] = {1, grid x, block x}
 //       sees_data    result u64 = regions[0] != 0
 //       fault        the launch fails on the device with CUDA_ERROR_ILLEGAL_ADDRESS
 //       spin_forever never finishes: its stream is not ready until the context is destroyed
@@ -398,7 +398,7 @@ CUresult run(CUctx_st* ctx, const std::string& name, const Params& p, const unsi
         if (data == nullptr) return cuda::kErrorIllegalAddress;
         for (std::uint64_t i = 0; i < in[0]; ++i)
             data[i] = i * in[1] + in[2];
-    } else if (name == "where") {
+    } else if (name == "where" || name == "where_declared") {
         auto* out = u64s(p.result, 3);
         if (out == nullptr) return cuda::kErrorIllegalAddress;
         out[0] = 1;

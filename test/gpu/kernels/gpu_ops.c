@@ -42,6 +42,19 @@ BS_GPU_KERNEL(where) {
     }
 }
 
+/* `where` with a declared geometry: 128 threads a block, 2 blocks per multiprocessor. */
+BS_GPU_GEOMETRY(where_declared, 128, 2);
+BS_GPU_KERNEL(where_declared) {
+    (void)args;
+    (void)regions;
+    uint64_t* out = (uint64_t*)result;
+    if (bs_gpu_global_id_x() == 0) {
+        out[0] = 1;
+        out[1] = bs_gpu_grid_dim_x();
+        out[2] = bs_gpu_block_dim_x();
+    }
+}
+
 /* 1: a GPU kernel sees the agent's first GPU region. */
 BS_GPU_KERNEL(sees_data) {
     (void)args;
@@ -87,6 +100,11 @@ BS_KERNEL(sum_u64) {
 }
 
 BS_KERNEL(where) {
+    uint64_t out[3] = {0, 0, 0};
+    bs_reply(ctx, out, sizeof out);
+}
+
+BS_KERNEL(where_declared) {
     uint64_t out[3] = {0, 0, 0};
     bs_reply(ctx, out, sizeof out);
 }
