@@ -34,6 +34,7 @@
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
+using bitship::test::connect;
 using bitship::test::make_client;
 
 namespace {
@@ -48,13 +49,6 @@ constexpr const char* kFakeBusId = "0000:00:00.0";
 constexpr auto kKernelTimeout = std::chrono::milliseconds(500);
 /// Arguments and results this large go through the bulk window over shared memory.
 constexpr std::uint32_t kLargeBytes = 64u << 10;
-
-Target connect(Client& client, const AgentProcess& agent) {
-    auto t = client.connect(agent.address());
-    INFO(agent.log());
-    REQUIRE(t);
-    return *t;
-}
 
 /// A --sandbox none agent on the fake driver, with a 1 MiB GPU region "data", a client and its
 /// connection.

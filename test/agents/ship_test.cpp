@@ -30,21 +30,9 @@
 using namespace bitship;
 using bitship::test::make_client;
 using bitship::test::agent_counters;
+using bitship::test::connect;
 using bitship::launch::AgentProcess;
 using namespace std::chrono_literals;
-
-namespace {
-
-
-
-Target connect(Client& client, const AgentProcess& agent) {
-    auto t = client.connect(agent.address());
-    INFO(agent.log());
-    REQUIRE(t);
-    return *t;
-}
-
-} // namespace
 
 TEST_CASE("a shipped kernel returns the right result", "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");

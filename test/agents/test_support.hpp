@@ -33,6 +33,14 @@ inline Client make_client(const std::string& transport, std::chrono::millisecond
     return std::move(*c);
 }
 
+/// `client`'s connection to `agent`; fails the test, with the agent's log, when it does not connect.
+inline Target connect(Client& client, const launch::AgentProcess& agent) {
+    auto t = client.connect(agent.address());
+    INFO(agent.log());
+    REQUIRE(t);
+    return *t;
+}
+
 /// The agent's counters by name.
 inline std::map<std::string, std::uint64_t> agent_counters(Client& client, const Target& t) {
     auto s = client.agent_stats(t);

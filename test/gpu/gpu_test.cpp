@@ -14,9 +14,12 @@
 
 #include "cuda_driver.hpp"
 #include "launcher.hpp"
+#include "test_support.hpp"
 
 using namespace bitship;
 using bitship::launch::AgentProcess;
+using bitship::test::connect;
+using bitship::test::make_client;
 
 namespace {
 
@@ -32,17 +35,6 @@ void skip_without_gpu() {
     std::_Exit(77);
 }
 
-Client make_client() {
-    ClientOptions o;
-    o.transport = Transport::tcp;
-    o.loopback_only = true;
-    o.call_timeout = std::chrono::seconds(60);
-    o.identity = launch::test_keys().secret;
-    auto c = Client::create(o);
-    REQUIRE(c);
-    return std::move(*c);
-}
-
 ShipOptions on_gpu() {
     ShipOptions o;
     o.device = Device::gpu;
@@ -56,17 +48,10 @@ std::uint64_t u64(const Bytes& b, std::size_t i = 0) {
     return v;
 }
 
-Target connect(Client& client, const AgentProcess& agent) {
-    auto t = client.connect(agent.address());
-    INFO(agent.log());
-    REQUIRE(t);
-    return *t;
-}
-
 struct GpuAgent {
     // GPU kernels run only where the operator lets kernels reach beyond the sfi sandbox.
     AgentProcess agent{"tcp", {"--sandbox", "none", "--region", "data=64M@gpu0", "--kernel-timeout-ms", "2000"}};
-    Client client = make_client();
+    Client client = make_client("tcp", std::chrono::seconds(60));
     Target target = connect(client, agent);
 };
 

@@ -31,9 +31,7 @@ BS_GPU_KERNEL(sum_u64) {
 }
 
 /* Where it ran: 1 on a GPU (the CPU slice's `where` answers 0), and the grid it ran with. */
-BS_GPU_KERNEL(where) {
-    (void)args;
-    (void)regions;
+static void report_where(void* result) {
     uint64_t* out = (uint64_t*)result;
     if (bs_gpu_global_id_x() == 0) {
         out[0] = 1;
@@ -42,17 +40,18 @@ BS_GPU_KERNEL(where) {
     }
 }
 
+BS_GPU_KERNEL(where) {
+    (void)args;
+    (void)regions;
+    report_where(result);
+}
+
 /* `where` with a declared geometry: 128 threads a block, 2 blocks per multiprocessor. */
 BS_GPU_GEOMETRY(where_declared, 128, 2);
 BS_GPU_KERNEL(where_declared) {
     (void)args;
     (void)regions;
-    uint64_t* out = (uint64_t*)result;
-    if (bs_gpu_global_id_x() == 0) {
-        out[0] = 1;
-        out[1] = bs_gpu_grid_dim_x();
-        out[2] = bs_gpu_block_dim_x();
-    }
+    report_where(result);
 }
 
 /* 1: a GPU kernel sees the agent's first GPU region. */
