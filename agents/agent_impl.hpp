@@ -75,6 +75,12 @@ struct RunRequest {
     std::vector<std::byte> window_args;
 };
 
+/// A kernel this long pays the engine's thread's wake-up (a few µs) to keep the agent answering
+/// while it runs; a shorter one keeps the token's hand-off free.
+inline constexpr std::uint64_t kLongKernelNs = 100'000;
+/// run_sandboxed's `started` for a kernel on a pool worker: the engine's watchdog looks at it.
+inline void wake_watchdog(void* engine) { static_cast<Engine*>(engine)->wake_watch(); }
+
 // A compiled kernel or an operator's native one: what a worker runs.
 struct Runnable {
     std::shared_ptr<const jit::CompiledCode> code; // keeps JIT code loaded while it runs
@@ -112,7 +118,7 @@ struct Link {
     X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)                         \
     X(window_args) X(window_results) X(partial_compiles) X(left_out_calls)                          \
     X(gpu_runs) X(gpu_compiles) X(gpu_compile_failures) X(gpu_reads) X(gpu_writes)                  \
-    X(last_gpu_ptx_ns) X(last_gpu_load_ns)
+    X(last_gpu_ptx_ns) X(last_gpu_load_ns) X(group_runs) X(group_calls)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};
@@ -260,6 +266,21 @@ struct Agent::Impl {
                                        void* started_arg = nullptr);
     void finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,
                        const std::optional<Error>& stopped, bs_ctx& ctx);
+
+    // call_groups.cpp
+    // A RUN for a group of calls (wire::Each, Client::ship_each): every call run where
+    // run_kernel runs one, each a call of its own, and one RESULT with all their answers.
+    void run_group(std::shared_ptr<RunRequest> r, Runnable what);
+    struct GroupRun {
+        std::vector<std::byte> answers; ///< wire::EachResultsWriter's
+        std::uint32_t failures = 0;
+        std::optional<Error> first_failure; ///< logged, as a single call's failure is
+        Clock::duration took{};
+    };
+    // Runs the group's calls one after another (on a worker, the token released).
+    GroupRun run_calls(const RunRequest& r, const Runnable& what, void (*started)(void*), void* started_arg);
+    // With the token: counts, logs and sends the group's answers.
+    void finish_group(const RunRequest& r, const Runnable& what, KernelStats::KernelSlot* stats, GroupRun&& done);
 
     // gpu_calls.cpp
     // At start: the CUDA driver (never linked), each GPU it lists, the GPU regions; what

@@ -1,12 +1,6 @@
 #include "agent_impl.hpp"
 
 namespace bitship::agent {
-namespace {
-void wake_watchdog(void* engine) { static_cast<Engine*>(engine)->wake_watch(); }
-// A kernel this long pays the engine's thread's wake-up (a few µs) to keep the agent answering
-// while it runs; a shorter one keeps the token's hand-off free.
-constexpr std::uint64_t kLongKernelNs = 100'000;
-} // namespace
 
 bool Agent::Impl::take_window(RunRequest& r) {
     const auto& use = *r.run.window;
@@ -64,9 +58,11 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
         for (const auto& p : config.peers) r->run.peers.push_back(p);
         r->run.self_index = static_cast<std::uint16_t>(config.self_index);
     }
-    if (r->run.args.size() > config.limits.max_args) {
-        answer_error(*r, Error{Errc::too_large, fmt::format("{} bytes of arguments exceed the limit of {}",
-                                                           r->run.args.size(), config.limits.max_args)});
+    // A group's calls each have their own arguments; the message limit bounds them together.
+    const std::size_t call_args = r->run.each ? r->run.each->size : r->run.args.size();
+    if (call_args > config.limits.max_args) {
+        answer_error(*r, Error{Errc::too_large, fmt::format("{} bytes of arguments exceed the limit of {}", call_args,
+                                                           config.limits.max_args)});
         return;
     }
     if (r->run.hash == CodeHash{} && r->run.gpu) {
@@ -206,6 +202,10 @@ std::optional<Error> Agent::Impl::run_sandboxed(const Runnable& what, bs_ctx& ct
 }
 
 void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
+    if (r->run.each) { // call_groups.cpp
+        run_group(std::move(r), std::move(what));
+        return;
+    }
     if (WorkerPool::on_leading_worker()) {
         // The worker that received the RUN runs it and answers, with no hand-off to another
         // thread. It lets the progress token go while the kernel runs, so a long kernel has

@@ -9,9 +9,9 @@ namespace bitship::agent {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
-void RunTimes::add(std::uint64_t ns) noexcept {
-    buckets_[bucket_of(ns)].fetch_add(1, kRelaxed);
-    sum_.fetch_add(ns, kRelaxed);
+void RunTimes::add(std::uint64_t ns, std::uint64_t n) noexcept {
+    buckets_[bucket_of(ns)].fetch_add(n, kRelaxed);
+    sum_.fetch_add(ns * n, kRelaxed);
 }
 
 unsigned RunTimes::bucket_of(std::uint64_t ns) noexcept {
@@ -171,8 +171,9 @@ KernelStats::ClientSlot* KernelStats::client_of(std::uint64_t conn) const noexce
 
 KernelStats::KernelSlot* KernelStats::slot(const CodeHash& hash, std::string_view entry) noexcept { return kernel(hash, entry); }
 
-void KernelStats::on_run(KernelSlot* k, std::uint64_t run_ns, const void* code, std::uint64_t compile_ns) noexcept {
-    k->run_times.add(run_ns);
+void KernelStats::on_run(KernelSlot* k, std::uint64_t run_ns, const void* code, std::uint64_t compile_ns,
+                         std::uint64_t runs) noexcept {
+    k->run_times.add(run_ns, runs);
     k->last_run_ns.store(run_ns, kRelaxed);
     // A new code object for this kernel: its compile time counts once. The first is the fast
     // tier; a later one is the optimised recompile swapped in.
@@ -180,6 +181,22 @@ void KernelStats::on_run(KernelSlot* k, std::uint64_t run_ns, const void* code, 
         auto& tier = k->compile_ns_first.load(kRelaxed) == 0 ? k->compile_ns_first : k->compile_ns_optimised;
         tier.store(compile_ns, kRelaxed);
     }
+}
+
+void KernelStats::on_calls(KernelSlot* k, std::uint64_t conn, std::uint64_t calls, std::size_t bytes_in,
+                           std::size_t bytes_out) noexcept {
+    auto* c = client_of(conn);
+    k->calls.fetch_add(calls, kRelaxed);
+    c->calls.fetch_add(calls, kRelaxed);
+    k->bytes_in.fetch_add(bytes_in, kRelaxed);
+    c->bytes_in.fetch_add(bytes_in, kRelaxed);
+    k->bytes_out.fetch_add(bytes_out, kRelaxed);
+    c->bytes_out.fetch_add(bytes_out, kRelaxed);
+}
+
+void KernelStats::on_error(KernelSlot* k, std::uint64_t conn, Errc code) noexcept {
+    k->errors.add(code);
+    client_of(conn)->errors.add(code);
 }
 
 std::uint64_t KernelStats::last_run_ns(const KernelSlot* k) noexcept { return k->last_run_ns.load(kRelaxed); }

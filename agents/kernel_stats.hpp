@@ -35,7 +35,8 @@ class RunTimes {
 public:
     static constexpr unsigned kSub = 4;
     static constexpr unsigned kBuckets = 64 * kSub;
-    void add(std::uint64_t ns) noexcept;
+    /// `n` runs of `ns` each (a group's calls are recorded at their mean).
+    void add(std::uint64_t ns, std::uint64_t n = 1) noexcept;
     /// The `q`-quantile (0..1) in ns, 0 when nothing was recorded.
     [[nodiscard]] std::uint64_t quantile(double q) const noexcept;
     [[nodiscard]] std::uint64_t count() const noexcept;
@@ -77,12 +78,20 @@ public:
     [[nodiscard]] KernelSlot* slot(const CodeHash& hash, std::string_view entry) noexcept;
     /// A kernel ran for `run_ns`; `compile_ns` is its code's first compile (0: native or unknown),
     /// recorded once per code object.
-    void on_run(KernelSlot* k, std::uint64_t run_ns, const void* code, std::uint64_t compile_ns) noexcept;
+    void on_run(KernelSlot* k, std::uint64_t run_ns, const void* code, std::uint64_t compile_ns,
+                std::uint64_t runs = 1) noexcept;
     /// How long this kernel's latest run took, in ns (0: it has not run yet).
     [[nodiscard]] static std::uint64_t last_run_ns(const KernelSlot* k) noexcept;
     /// The final answer of a call on connection `conn`: a RESULT (bytes out) or an ERROR (its code).
     void on_answer(const CodeHash& hash, std::string_view entry, std::uint64_t conn, std::size_t bytes_in,
                    const wire::Encoded& answer) noexcept;
+
+    /// A group's `calls` answered in one message (Client::ship_each) on connection `conn`:
+    /// counted as that many calls, with their bytes in and out. Each call that failed is also
+    /// given to on_error; their run time goes to on_run at the calls' mean.
+    void on_calls(KernelSlot* k, std::uint64_t conn, std::uint64_t calls, std::size_t bytes_in,
+                  std::size_t bytes_out) noexcept;
+    void on_error(KernelSlot* k, std::uint64_t conn, Errc code) noexcept;
 
     /// Everything, for KERNEL_STATS_REPLY and the metrics endpoint. The views point into this
     /// object's slots, which live as long as it does.

@@ -145,7 +145,24 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
             return;
         }
     }
-    if (c->args.size() > p.info->max_args) {
+    if (c->each) {
+        if (choice->gpu) {
+            refuse(Error{Errc::no_matching_slice, fmt::format("the calls of a group run on the agent's CPU; the bundle has no slice "
+                                                              "for {}'s {}",
+                                                              agent_name(p), p.info->triple)});
+            return;
+        }
+        if (c->each->size > p.info->max_args) {
+            refuse(Error{Errc::too_large, fmt::format("{} bytes of arguments a call exceed {}'s limit of {}", c->each->size,
+                                                      agent_name(p), p.info->max_args)});
+            return;
+        }
+        if (c->args.size() > p.info->max_message) {
+            refuse(Error{Errc::too_large, fmt::format("a group's {} bytes of arguments exceed {}'s message limit of {}",
+                                                      c->args.size(), agent_name(p), p.info->max_message)});
+            return;
+        }
+    } else if (c->args.size() > p.info->max_args) {
         refuse(Error{Errc::too_large, fmt::format("{} bytes of arguments exceed {}'s limit of {}", c->args.size(),
                                                   agent_name(p), p.info->max_args)});
         return;
@@ -186,8 +203,12 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
         run.self_index = c->self_index;
         run.hop_budget = c->hop_budget;
     }
-    if (c->args.size() >= kWindowArgsMin) ask_window(p);
-    offer_window(p, *c, run);
+    if (c->each) {
+        run.each = c->each; // its arguments and answers travel in the messages, never in a window
+    } else {
+        if (c->args.size() >= kWindowArgsMin) ask_window(p);
+        offer_window(p, *c, run);
+    }
     engine->send(p.ep, wire::encode_run(c->id, run));
     runs_sent.fetch_add(1, std::memory_order_relaxed);
     pending[c->id] = c;

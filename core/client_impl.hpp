@@ -65,6 +65,7 @@ struct CallState {
     std::optional<std::size_t> forced_slice;
     Device device = Device::any;
     wire::GpuLaunch launch; ///< how a GPU slice is launched (ShipOptions::grid, block, ...)
+    std::optional<wire::Each> each; ///< a group of calls (Client::ship_each): `args` holds every set
     bool on_gpu = false;    ///< the slice chosen is the nvptx64 one: the RUN carries `launch`
     std::string entry;
     Bytes args;

@@ -190,8 +190,10 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
     }
     case Type::run: {
         Run r;
-        if (header.flags & ~(kFlagWindow | kFlagGpu))
+        if (header.flags & ~(kFlagWindow | kFlagGpu | kFlagEach))
             return fail(Errc::malformed_message, fmt::format("RUN message has unknown flags {:#06x}", header.flags));
+        if ((header.flags & kFlagEach) && (header.flags & (kFlagWindow | kFlagGpu)))
+            return fail(Errc::malformed_message, "a RUN for a group of calls uses no bulk window and runs on no GPU");
         if (header.flags & kFlagWindow) {
             auto args_offset = in.u64(), args_size = in.u64(), result_offset = in.u64(), result_capacity = in.u64();
             if (!args_offset || !args_size || !result_offset || !result_capacity) return truncated(t, "window");
@@ -206,6 +208,14 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
                 *field = *v;
             }
             r.gpu = g;
+        }
+        if (header.flags & kFlagEach) {
+            auto count = in.u32(), size = in.u32();
+            if (!count || !size) return truncated(t, "group");
+            if (*count == 0 || *count > kMaxEachCalls)
+                return fail(Errc::malformed_message,
+                            fmt::format("RUN message is a group of {} calls (1 to {} allowed)", *count, kMaxEachCalls));
+            r.each = Each{*count, *size};
         }
         auto hash = in.bytes(32);
         if (!hash) return truncated(t, "hash");
@@ -246,6 +256,15 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         if (entry->empty()) return fail(Errc::malformed_message, "RUN message names no entry point");
         if (r.window && r.window->args_size != 0 && !args->empty())
             return fail(Errc::malformed_message, "RUN message carries arguments both in the message and in its window");
+        if (r.each) {
+            if (!r.peers.empty() || !reply_to->empty() || *hops != 0)
+                return fail(Errc::malformed_message, "a RUN for a group of calls carries peers, a reply-to or hops: its calls cannot forward");
+            if (std::uint64_t{r.each->count} * each_stride(r.each->size) != args->size())
+                return fail(Errc::malformed_message,
+                            fmt::format("RUN message is a group of {} calls of {} bytes of arguments, which take {} bytes, not {}",
+                                        r.each->count, r.each->size,
+                                        std::uint64_t{r.each->count} * each_stride(r.each->size), args->size()));
+        }
         if (!r.peers.empty() && *self >= r.peers.size())
             return fail(Errc::malformed_message,
                         fmt::format("RUN message says this agent is peer {} of {}", *self, r.peers.size()));
@@ -510,6 +529,10 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
         for (auto v : {r.gpu->grid[0], r.gpu->grid[1], r.gpu->grid[2], r.gpu->block[0], r.gpu->block[1], r.gpu->block[2],
                        r.gpu->result_bytes, r.gpu->device})
             w.u32(v);
+    if (r.each) {
+        w.u32(r.each->count);
+        w.u32(r.each->size);
+    }
     std::size_t peers = 0;
     for (auto p : r.peers) peers += 2 + p.size();
     w.reserve(sizeof r.hash + 8 + 3 * 2 + 2 + r.entry.size() + 4 + kArgsAlignment + r.args.size() + 4 + r.code.size() + 4 +
@@ -540,6 +563,7 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
     auto e = finish(start(Type::run, id), std::move(w));
     if (r.window) e.header.flags |= kFlagWindow;
     if (r.gpu) e.header.flags |= kFlagGpu;
+    if (r.each) e.header.flags |= kFlagEach;
     return e;
 }
 

@@ -18,6 +18,8 @@
 #include <bitship/errc.hpp>
 #include <bitship/identity.hpp>
 
+#include "byte_io.hpp"
+
 namespace bitship::wire {
 
 /// The single UCX active-message id bitship registers; the message type is in our header.
@@ -62,8 +64,12 @@ inline constexpr Type kLastType = Type::gpu_write;
 /// is a WindowSpan (the bytes are in the session's bulk window, agents/bulk_windows.hpp).
 inline constexpr std::uint16_t kFlagWindow = 1u << 0;
 /// Header::flags of a RUN for a GPU slice: its payload carries a GpuLaunch (after the WindowUse
-/// when it has both). A RUN with any other flag is refused.
+/// when it has both).
 inline constexpr std::uint16_t kFlagGpu = 1u << 1;
+/// Header::flags of a RUN that is a group of calls of one kernel (Client::ship_each): its payload
+/// starts with an Each, and its RESULT carries every call's answer (EachResultsWriter). Never
+/// with kFlagWindow or kFlagGpu. A RUN with any other flag is refused.
+inline constexpr std::uint16_t kFlagEach = 1u << 2;
 
 std::string_view to_string(Type t) noexcept;
 
@@ -162,6 +168,21 @@ struct WindowSpan {
     std::uint64_t size = 0;
 };
 
+/// A group of calls (kFlagEach): `count` argument sets of `size` bytes each, back to back in
+/// Run::args, each starting at a multiple of kArgsAlignment (each_stride). The agent runs the
+/// kernel once per set, each run its own call (own sandbox call, time budget and answer).
+struct Each {
+    std::uint32_t count = 0;
+    std::uint32_t size = 0;
+    friend bool operator==(const Each&, const Each&) = default;
+};
+/// Most calls in one group.
+inline constexpr std::uint32_t kMaxEachCalls = 65536;
+/// Where a group's argument set i starts: i × each_stride(size).
+constexpr std::size_t each_stride(std::uint32_t size) noexcept {
+    return (std::size_t{size} + kArgsAlignment - 1) / kArgsAlignment * kArgsAlignment;
+}
+
 struct Run {
     CodeHash hash{};
     std::uint64_t origin = 0;      ///< the caller's request id: what the final answer carries
@@ -182,6 +203,9 @@ struct Run {
     std::optional<WindowUse> window;
     /// Sent (Header::flags kFlagGpu) when the code is a GPU slice. Never forwarded.
     std::optional<GpuLaunch> gpu;
+    /// Sent (Header::flags kFlagEach) for a group of calls; `args` holds every call's set.
+    /// Such a RUN has no peers, no reply-to and no hops: its calls cannot forward.
+    std::optional<Each> each;
 };
 
 struct NeedCode {
@@ -359,6 +383,32 @@ struct BatchItem {
 Result<std::vector<BatchItem>> split_batch(std::span<const std::byte> payload);
 /// Adds `item` (header and payload) to the end of `batch`, a BATCH being built.
 void append_to_batch(Encoded& batch, const Encoded& item);
+
+/// A group's answers (a RESULT of a kFlagEach RUN): `u32 count`, then per call, in order,
+/// either `u8 0 · u32 n · n bytes` (its result) or `u8 1 · u32 errc · i32 kernel_code · str16
+/// message` (its error).
+class EachResultsWriter {
+public:
+    EachResultsWriter(std::uint32_t count, std::size_t reserve_bytes);
+    void result(std::span<const std::byte> bytes);
+    void error(Errc code, std::int32_t kernel_code, std::string_view message);
+    /// Bytes written so far.
+    [[nodiscard]] std::size_t size() const noexcept { return w_.size(); }
+    std::vector<std::byte> take() && { return std::move(w_).take(); }
+
+private:
+    ByteWriter w_;
+};
+/// One call's answer in a group's RESULT.
+struct EachAnswer {
+    std::span<const std::byte> bytes; ///< its result, when `error` is not set
+    std::optional<ErrorMsg> error;
+};
+/// Where each call's answer starts in a group's RESULT. Refuses another count than `expected`,
+/// an answer cut short, an unknown outcome byte and bytes after the last answer.
+Result<std::vector<std::uint32_t>> index_each_results(std::span<const std::byte> bytes, std::uint32_t expected);
+/// The answer starting at `at`, an offset index_each_results gave for these bytes.
+EachAnswer read_each_answer(std::span<const std::byte> bytes, std::uint32_t at) noexcept;
 
 /// A request with no body: info, kernel_stats, cache_list, drain, window; and an empty BATCH.
 Encoded encode_request(Type type, std::uint64_t id);

@@ -22,6 +22,7 @@
 #include <functional>
 #include <optional>
 #include <memory>
+#include <ranges>
 #include <span>
 #include <string>
 #include <string_view>
@@ -254,6 +255,56 @@ struct ClientStats {
 /// on and enforces deadlines; it sleeps when idle.
 class Batch;
 
+/// The answers of a group of calls (Client::ship_each), in the order of their arguments: each
+/// call's own result, or its own error.
+class EachResults {
+public:
+    EachResults() = default;
+    /// How many calls the group had.
+    [[nodiscard]] std::size_t size() const noexcept { return at_.size(); }
+    /// Call i's result bytes (a view into this object), or the error it failed with;
+    /// invalid_argument when i is not a call of the group.
+    [[nodiscard]] Result<std::span<const std::byte>> at(std::size_t i) const;
+    /// Call i's result as a T: exactly sizeof(T) bytes, else invalid_argument naming both sizes.
+    template <class T> [[nodiscard]] Result<T> get_as(std::size_t i) const {
+        static_assert(std::is_trivially_copyable_v<T>);
+        auto bytes = at(i);
+        if (!bytes) return tl::make_unexpected(bytes.error());
+        if (bytes->size() != sizeof(T)) return wrong_size(i, bytes->size(), sizeof(T));
+        T out;
+        std::memcpy(&out, bytes->data(), sizeof(T));
+        return out;
+    }
+    /// How many of the calls failed.
+    [[nodiscard]] std::size_t failures() const noexcept;
+
+private:
+    friend class EachFuture;
+    EachResults(Bytes bytes, std::vector<std::uint32_t> at) : bytes_(std::move(bytes)), at_(std::move(at)) {}
+    static tl::unexpected<Error> wrong_size(std::size_t i, std::size_t got, std::size_t want);
+    Bytes bytes_;                  // the group's RESULT, checked when made
+    std::vector<std::uint32_t> at_; // where each call's answer starts in it
+};
+
+/// A group's answers to come (Client::ship_each).
+class EachFuture {
+public:
+    EachFuture() = default;
+    [[nodiscard]] bool ready() const noexcept { return future_.ready(); }
+    /// Waits up to `timeout`; true when the answers are in.
+    bool wait_for(std::chrono::nanoseconds timeout) const { return future_.wait_for(timeout); }
+    /// Waits for the answers (bounded by the call's deadline). An error here is the group's own
+    /// (the agent unreachable or refusing the code, the group over its limits); a call's own
+    /// error is in EachResults.
+    [[nodiscard]] Result<EachResults> get() const;
+
+private:
+    friend class Client;
+    EachFuture(Future future, std::uint32_t count) : future_(std::move(future)), count_(count) {}
+    Future future_;
+    std::uint32_t count_ = 0;
+};
+
 class Client {
 public:
     static Result<Client> create(const ClientOptions& options = {});
@@ -295,6 +346,26 @@ public:
     }
     /// Runs `kernel` on `target` with raw argument bytes.
     Future ship_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options = {});
+
+    /// Many calls of one kernel on one agent, one per element of `args` (each element is one
+    /// call's arguments, a C struct as ship() lays them out): sent as one message, run one after
+    /// another by one of the agent's workers, each as a call of its own (its own sandbox call,
+    /// time budget, and result or error), and answered as one message. The cheapest way to make
+    /// many small calls (bench/ship_rate). At most 65536 calls; their answers together at most
+    /// the agent's max_result. The calls cannot forward (ShipOptions::peers and forward are
+    /// refused) and run on the agent's CPU slice.
+    template <std::ranges::contiguous_range R>
+    EachFuture ship_each(const Kernel& kernel, const Target& target, const R& args, const ShipOptions& options = {}) {
+        using T = std::ranges::range_value_t<R>;
+        static_assert(std::is_trivially_copyable_v<T>, "kernel arguments must be trivially copyable");
+        const auto n = std::ranges::size(args);
+        return ship_each_bytes(kernel, target, n, sizeof(T),
+                               std::as_bytes(std::span<const T>(std::ranges::data(args), n)), options);
+    }
+    /// ship_each with raw bytes: `count` calls with `size` bytes of arguments each, back to back
+    /// in `args` (count × size bytes).
+    EachFuture ship_each_bytes(const Kernel& kernel, const Target& target, std::size_t count, std::size_t size,
+                               std::span<const std::byte> args, const ShipOptions& options = {});
 
     /// Runs a native kernel the agent's operator pre-installed, by name: no code travels. For
     /// measuring shipped code against the handlers it replaces.

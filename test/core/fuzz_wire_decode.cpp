@@ -19,6 +19,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         for (const auto& item : *items) (void)wire::decode(item.header, item.payload);
         return 0;
     }
+    // A RESULT may be a group's answers (Client::ship_each reads it so): index and read them.
+    if (h->type == wire::Type::result && payload.size() >= 4) {
+        std::uint32_t count;
+        std::memcpy(&count, payload.data(), sizeof count);
+        if (auto at = wire::index_each_results(payload, count)) {
+            volatile std::size_t seen = 0;
+            for (auto offset : *at) {
+                auto a = wire::read_each_answer(payload, offset);
+                seen = seen + a.bytes.size() + (a.bytes.empty() ? 0u : static_cast<unsigned>(a.bytes.back())) +
+                       (a.error ? a.error->message.size() + static_cast<unsigned>(a.error->code) : 0u);
+            }
+            (void)seen;
+        }
+    }
     // Touch what each decoded view points at, so a view past the input would be caught.
     volatile std::size_t sink = 0;
     if (const auto* r = std::get_if<wire::Run>(&m->body)) {

@@ -74,3 +74,33 @@ BS_KERNEL(apply) {
     uint64_t r = operations[in[0]](in[1]);
     bs_reply(ctx, &r, sizeof r);
 }
+
+/* A call of a group (Client::ship_each) that does what its argument's top byte says, to its low
+ * 56 bits: 0 answers value + 1, 1 fails with code `value`, 2 writes through a null pointer,
+ * 3 spins forever, 4 answers `value` (at most 256) bytes of 0xab. */
+BS_KERNEL(group_member) {
+    size_t len;
+    const uint64_t* in = (const uint64_t*)bs_args(ctx, &len);
+    if (len != sizeof *in) {
+        bs_fail(ctx, 1, "group_member: expected one uint64_t");
+        return;
+    }
+    uint64_t what = *in >> 56, value = *in & 0x00ffffffffffffffull;
+    if (what == 0) {
+        uint64_t out = value + 1;
+        bs_reply(ctx, &out, sizeof out);
+    } else if (what == 1) {
+        bs_fail(ctx, (int)value, "group_member was told to fail");
+    } else if (what == 2) {
+        volatile int* p = (volatile int*)0;
+        *p = 1;
+    } else if (what == 3) {
+        volatile uint64_t x = 0;
+        for (;;) x = x + 1;
+    } else {
+        unsigned char bytes[256];
+        size_t n = value < sizeof bytes ? (size_t)value : sizeof bytes;
+        memset(bytes, 0xab, n);
+        bs_reply(ctx, bytes, n);
+    }
+}
