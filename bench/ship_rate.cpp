@@ -4,6 +4,8 @@
 //                  flight through Client::batch() (two batches of half the window; each goes
 //                  as one BATCH message and is answered by one, Engine::Cork); the issue's
 //                  target is calls/s >= 0.5 x ucp_am_bw's 8-byte message rate
+//   group rate     the same calls as groups (Client::ship_each: `group` calls in one RUN, answered
+//                  by one RESULT, each call its own run and answer), two groups in flight
 //   bulk args      1 MiB arguments to `xor_bytes` (reads them all, answers 8 bytes)
 //   bulk result    8-byte arguments to `make_bytes`, which answers 1 MiB
 //   bulk floor     ucx_perftest ucp_am_bw with 1 MiB messages
@@ -36,6 +38,7 @@ constexpr double kMiB = 1024.0 * 1024.0;
 struct Config {
     std::size_t calls = 200000;
     std::size_t window = 64;
+    std::size_t group = 1024;
     std::size_t bulk_bytes = 1u << 20;
     std::size_t bulk_calls = 400;
     std::size_t bulk_in_flight = 4;
@@ -78,6 +81,38 @@ double call_rate(Client& client, const Target& target, std::size_t calls, std::s
     while (!in_flight.empty()) collect();
     double s = seconds_since(t);
     must(checksum == expected, "message-rate results do not add up");
+    return double(sent) / s;
+}
+
+// Calls per second as groups of `group` calls (Client::ship_each), two groups in flight: the
+// agent runs one while the client reads the other's answers and sends the next.
+double group_rate(Client& client, const Target& target, std::size_t calls, std::size_t group) {
+    std::uint64_t checksum = 0, expected = 0;
+    std::deque<EachFuture> in_flight;
+    std::vector<std::uint64_t> args(group);
+    auto collect = [&] {
+        auto r = in_flight.front().get();
+        must(bool(r), r ? "" : r.error().describe());
+        for (std::size_t i = 0; i < r->size(); ++i) {
+            auto v = r->get_as<std::uint64_t>(i);
+            must(bool(v), v ? "" : v.error().describe());
+            checksum += *v;
+        }
+        in_flight.pop_front();
+    };
+    std::size_t sent = 0;
+    auto t = Clock::now();
+    while (sent < calls) {
+        for (auto& a : args) {
+            a = sent++;
+            expected += a + 1;
+        }
+        in_flight.push_back(client.ship_each(bench_kernels::inc, target, args));
+        if (in_flight.size() == 2) collect();
+    }
+    while (!in_flight.empty()) collect();
+    double s = seconds_since(t);
+    must(checksum == expected, "group results do not add up");
     return double(sent) / s;
 }
 
@@ -132,6 +167,8 @@ int main(int argc, char** argv) {
     std::vector<std::string> transports{"tcp", "shm"};
     app.add_option("--calls", cfg.calls, "cached 8-byte calls per message-rate round")->capture_default_str();
     app.add_option("--window", cfg.window, "calls in flight (two batches of half as many, Client::batch)")->capture_default_str();
+    app.add_option("--group", cfg.group, "calls per group in the group-rate row (Client::ship_each), two groups in flight")
+        ->check(CLI::Range(1, 65536))->capture_default_str();
     app.add_option("--bulk-bytes", cfg.bulk_bytes, "bytes of arguments / result per bulk call")->capture_default_str();
     app.add_option("--bulk-calls", cfg.bulk_calls, "bulk calls per round")->capture_default_str();
     app.add_option("--bulk-in-flight", cfg.bulk_in_flight, "bulk calls in flight")->capture_default_str();
@@ -150,9 +187,9 @@ int main(int argc, char** argv) {
         cfg.bulk_calls = 100;
         cfg.rounds = 3;
     }
-    fmt::print("ship_rate: {} | progress {} for client and agent | agent: 1 worker | window {} calls | bulk {} bytes, {} in "
+    fmt::print("ship_rate: {} | progress {} for client and agent | agent: 1 worker | window {} calls | groups of {} | bulk {} bytes, {} in "
                "flight (sliding window) | {} rounds per row, median | loopback, unpinned | same-host bulk window {}\n\n",
-               bench::cpu_description(), cfg.progress, cfg.window, cfg.bulk_bytes, cfg.bulk_in_flight, cfg.rounds,
+               bench::cpu_description(), cfg.progress, cfg.window, cfg.group, cfg.bulk_bytes, cfg.bulk_in_flight, cfg.rounds,
                no_window ? "off (UCX alone)" : "on where the agent gives one");
     fmt::print("{:<5} {:<40} {:>14} {:>14} {:>8}\n", "tl", "measure", "bitship", "ucx_perftest", "ratio");
 
@@ -179,16 +216,18 @@ int main(int argc, char** argv) {
             if (!target) throw std::runtime_error(target.error().describe());
             // Code on the agent and every path warm before anything is timed.
             call_rate(*client, *target, cfg.window * 20, cfg.window);
+            group_rate(*client, *target, cfg.group * 8, cfg.group);
             bulk_rate(*client, *target, 8, cfg.bulk_bytes, true, cfg.bulk_in_flight);
             bulk_rate(*client, *target, 8, cfg.bulk_bytes, false, cfg.bulk_in_flight);
 
-            std::vector<double> rates, args_bw, result_bw;
+            std::vector<double> rates, group_rates, args_bw, result_bw;
             for (int r = 0; r < cfg.rounds; ++r) {
                 rates.push_back(call_rate(*client, *target, cfg.calls, cfg.window));
+                group_rates.push_back(group_rate(*client, *target, cfg.calls * 4, cfg.group));
                 args_bw.push_back(bulk_rate(*client, *target, cfg.bulk_calls, cfg.bulk_bytes, true, cfg.bulk_in_flight) / kMiB);
                 result_bw.push_back(bulk_rate(*client, *target, cfg.bulk_calls, cfg.bulk_bytes, false, cfg.bulk_in_flight) / kMiB);
             }
-            double rate = median_of(rates), abw = median_of(args_bw), rbw = median_of(result_bw);
+            double rate = median_of(rates), grate = median_of(group_rates), abw = median_of(args_bw), rbw = median_of(result_bw);
             double floor_msgs = rate_floor ? rate_floor->message_rate : 0;
             double floor_bw = bulk_floor ? bulk_floor->bandwidth_mib_s : 0;
             auto line = [&](const std::string& what, double ours, double floor, const std::string& unit) {
@@ -197,6 +236,7 @@ int main(int argc, char** argv) {
                 rows.push_back({{{"transport", tl}, {"measure", what}}, {}, {{"bitship", ours}, {"ucx_perftest", floor}}});
             };
             line("cached calls/s (8 B) vs 8 B messages/s", rate, floor_msgs, "/s");
+            line(fmt::format("  the same in groups of {} (ship_each)", cfg.group), grate, floor_msgs, "/s");
             line(fmt::format("args {} B -> 8 B result, MiB/s", cfg.bulk_bytes), abw, floor_bw, "");
             line(fmt::format("8 B args -> {} B result, MiB/s", cfg.bulk_bytes), rbw, floor_bw, "");
             auto verdict = [&](const std::string& what, double ratio, double target) {
@@ -205,7 +245,10 @@ int main(int argc, char** argv) {
             };
             if (rate_floor) {
                 fmt::print("      floor: {}\n", rate_floor->command);
-                verdict("calls/s vs ucp_am_bw 8 B message rate (a call is 2 messages)", rate / rate_floor->message_rate, 0.5);
+                verdict("calls/s (Batch, a future per call) vs ucp_am_bw 8 B message rate (a call is 2 messages)",
+                        rate / rate_floor->message_rate, 0.5);
+                verdict(fmt::format("calls/s (groups of {}, ship_each) vs ucp_am_bw 8 B message rate", cfg.group),
+                        grate / rate_floor->message_rate, 0.5);
             }
             if (bulk_floor) {
                 fmt::print("      floor: {}\n", bulk_floor->command);
