@@ -86,7 +86,7 @@ TEST_CASE("a group of calls is one RUN and one RESULT, and every call has its ow
     }
 }
 
-TEST_CASE("a call of a group that fails, crashes or runs too long stops alone; the others answer", "[integration]") {
+TEST_CASE("a call of a group that fails, crashes or runs too long stops alone and the others answer", "[integration]") {
     for (const char* sandbox : {"sfi", "none"}) {
         INFO("--sandbox " << sandbox);
         AgentProcess agent("shm", {"--sandbox", sandbox, "--workers", "1", "--kernel-timeout-ms", "300"});
