@@ -1,7 +1,9 @@
 // A group of calls (wire::Each, Client::ship_each): one RUN whose arguments hold `count` sets,
 // the kernel run once per set, each run a call of its own (its own sandbox call, time budget
 // and answer, as run_kernel makes one), and one RESULT with every call's answer. What a group
-// saves is the per-message work: one decode, one code lookup, one admission, one answer.
+// saves is the per-message work: one decode, one code lookup, one admission, one answer. A call
+// that runs past its budget is stopped and the calls after it are not run (each answered so):
+// a group of hung calls holds a worker for one budget, not one per call.
 #include "agent_impl.hpp"
 
 namespace bitship::agent {
@@ -19,6 +21,25 @@ void start_call(bs_ctx& ctx) {
     ctx.runtime_error.reset();
     ctx.forward.reset();
     ctx.reply.clear(); // its capacity stays for the next call
+}
+
+// A call's error, as finish_kernel tells one call's (none: it answered), counted where it counts.
+std::optional<Error> outcome_of(Counters& counters, std::string_view entry, bs_ctx& ctx, std::optional<Error> stopped,
+                                std::int32_t& kernel_code) {
+    if (stopped) {
+        auto& c = stopped->code == Errc::kernel_timeout ? counters.kernel_timeouts : counters.kernel_crashes;
+        c.fetch_add(1, std::memory_order_relaxed);
+        return Error{stopped->code, fmt::format("kernel '{}': {}", entry, stopped->message)};
+    }
+    if (ctx.runtime_error) return std::move(ctx.runtime_error);
+    if (ctx.forward)
+        return Error{Errc::invalid_argument, fmt::format("kernel '{}' forwarded, which a call of a group (Client::ship_each) cannot", entry)};
+    if (ctx.failed) {
+        counters.kernel_failures.fetch_add(1, std::memory_order_relaxed);
+        kernel_code = ctx.fail_code;
+        return Error{Errc::kernel_failed, fmt::format("kernel '{}' failed with code {}: {}", entry, ctx.fail_code, ctx.fail_message)};
+    }
+    return std::nullopt;
 }
 } // namespace
 
@@ -62,29 +83,22 @@ Agent::Impl::GroupRun Agent::Impl::run_calls(const RunRequest& r, const Runnable
     prepare_ctx(ctx, r);
     auto* counted = kernel_stats.slot(r.run.hash, r.run.entry);
     const auto began = Clock::now();
+    std::optional<std::uint32_t> timed_out; // a call that ran past its budget: the rest do not run
     for (std::uint32_t i = 0; i < each.count; ++i) {
         // This call's answer may take what the calls after it leave free.
         const std::size_t room = budget - out.size() - kAnswerMin * (each.count - 1 - i);
-        start_call(ctx);
-        ctx.args = r.run.args.subspan(i * stride, each.size);
-        ctx.max_result = room - kResultHeader;
-        auto stopped = run_sandboxed(what, ctx, started, started_arg);
-        std::optional<Error> failed;
         std::int32_t kernel_code = 0;
-        if (stopped) {
-            auto& c = stopped->code == Errc::kernel_timeout ? counters.kernel_timeouts : counters.kernel_crashes;
-            c.fetch_add(1, std::memory_order_relaxed);
-            failed = Error{stopped->code, fmt::format("kernel '{}': {}", r.run.entry, stopped->message)};
-        } else if (ctx.runtime_error) {
-            failed = std::move(ctx.runtime_error);
-        } else if (ctx.forward) {
-            failed = Error{Errc::invalid_argument,
-                           fmt::format("kernel '{}' forwarded, which a call of a group (Client::ship_each) cannot", r.run.entry)};
-        } else if (ctx.failed) {
-            counters.kernel_failures.fetch_add(1, std::memory_order_relaxed);
-            kernel_code = ctx.fail_code;
-            failed = Error{Errc::kernel_failed,
-                           fmt::format("kernel '{}' failed with code {}: {}", r.run.entry, ctx.fail_code, ctx.fail_message)};
+        std::optional<Error> failed;
+        if (timed_out) {
+            // One hung call costs the worker one budget, not one per call of the group.
+            failed = Error{Errc::kernel_timeout, fmt::format("not run: call {} of the group ran past its budget", *timed_out)};
+        } else {
+            start_call(ctx);
+            ctx.args = r.run.args.subspan(i * stride, each.size);
+            ctx.max_result = room - kResultHeader;
+            auto stopped = run_sandboxed(what, ctx, started, started_arg);
+            failed = outcome_of(counters, r.run.entry, ctx, std::move(stopped), kernel_code);
+            if (failed && failed->code == Errc::kernel_timeout) timed_out = i;
         }
         if (!failed) {
             out.result(ctx.reply);

@@ -350,7 +350,8 @@ public:
     /// Many calls of one kernel on one agent, one per element of `args` (each element is one
     /// call's arguments, a C struct as ship() lays them out): sent as one message, run one after
     /// another by one of the agent's workers, each as a call of its own (its own sandbox call,
-    /// time budget, and result or error), and answered as one message. The cheapest way to make
+    /// time budget, and result or error; after a call that runs past its budget the rest are not
+    /// run and answer kernel_timeout), and answered as one message. The cheapest way to make
     /// many small calls (bench/ship_rate). At most 65536 calls; their answers together at most
     /// the agent's max_result. The calls cannot forward (ShipOptions::peers and forward are
     /// refused) and run on the agent's CPU slice.

@@ -92,15 +92,15 @@ TEST_CASE("a call of a group that fails, crashes or runs too long stops alone an
         AgentProcess agent("shm", {"--sandbox", sandbox, "--workers", "1", "--kernel-timeout-ms", "300"});
         auto client = make_client("shm");
         auto t = bitship::test::connect(client, agent);
-        const std::vector<std::uint64_t> args{member(kAnswer, 10), member(kFail, 7),   member(kAnswer, 20), member(kCrash, 0),
-                                              member(kAnswer, 30), member(kSpin, 0),   member(kAnswer, 40), member(kBytes, 3),
-                                              member(kBytes, 0),   member(kAnswer, 50)};
+        const std::vector<std::uint64_t> args{member(kAnswer, 10), member(kFail, 7),  member(kAnswer, 20), member(kCrash, 0),
+                                              member(kAnswer, 30), member(kBytes, 0), member(kAnswer, 40), member(kBytes, 3),
+                                              member(kAnswer, 50), member(kSpin, 0)};
         auto r = client.ship_each(behaviour_kernels::group_member, t, args).get();
         INFO((r ? std::string() : r.error().describe()) << agent.log());
         REQUIRE(r);
         REQUIRE(r->size() == args.size());
         CHECK(r->failures() == 3);
-        for (std::size_t i : {0u, 2u, 4u, 6u, 9u}) CHECK(r->get_as<std::uint64_t>(i).value_or(0) == (i / 2 + 1) * 10 + 1);
+        for (std::size_t i : {0u, 2u, 4u, 6u, 8u}) CHECK(r->get_as<std::uint64_t>(i).value_or(0) == (i / 2 + 1) * 10 + 1);
         auto failed = r->at(1);
         REQUIRE_FALSE(failed);
         CHECK(failed.error().code == Errc::kernel_failed);
@@ -109,15 +109,16 @@ TEST_CASE("a call of a group that fails, crashes or runs too long stops alone an
         REQUIRE_FALSE(crashed);
         CHECK(crashed.error().code == Errc::kernel_crashed);
         CHECK_THAT(crashed.error().message, Catch::Contains("SIGSEGV"));
-        auto spun = r->at(5);
+        auto spun = r->at(9);
         REQUIRE_FALSE(spun);
         CHECK(spun.error().code == Errc::kernel_timeout);
+        CHECK_THAT(spun.error().message, Catch::Contains("ran past its 300 ms budget"));
         auto three = r->at(7);
         REQUIRE(three);
         CHECK(three->size() == 3);
         CHECK(std::all_of(three->begin(), three->end(), [](std::byte b) { return b == std::byte{0xab}; }));
-        REQUIRE(r->at(8));
-        CHECK(r->at(8)->empty());
+        REQUIRE(r->at(5));
+        CHECK(r->at(5)->empty());
         auto wrong = r->get_as<std::uint64_t>(7);
         REQUIRE_FALSE(wrong);
         CHECK_THAT(wrong.error().message, Catch::Contains("call 7's reply has 3 bytes, expected 8"));
@@ -140,7 +141,20 @@ TEST_CASE("a call of a group that fails, crashes or runs too long stops alone an
         CHECK((*k)["errors"]["kernel_crashed"] == 1);
         CHECK((*k)["errors"]["kernel_timeout"] == 1);
         CHECK((*k)["bytes_in"] == 10 * 16);
-        // The agent serves on: a single call after the group.
+        // A call that runs past its budget stops the group there: the calls after it are not run,
+        // so a group of hung calls holds the worker for one budget, not one per call.
+        const std::vector<std::uint64_t> hung{member(kAnswer, 1), member(kSpin, 0), member(kSpin, 0), member(kAnswer, 2)};
+        auto h = client.ship_each(behaviour_kernels::group_member, t, hung).get();
+        REQUIRE(h);
+        CHECK(h->get_as<std::uint64_t>(0).value_or(0) == 2);
+        for (std::size_t i : {2u, 3u}) {
+            auto skipped = h->at(i);
+            REQUIRE_FALSE(skipped);
+            CHECK(skipped.error().code == Errc::kernel_timeout);
+            CHECK_THAT(skipped.error().message, Catch::Contains("not run: call 1 of the group ran past its budget"));
+        }
+        CHECK(agent_counters(client, t)["kernel_timeouts"] == 2); // the second spin never ran
+        // The agent serves on: a single call after the groups.
         CHECK(client.ship(behaviour_kernels::add, t, std::uint64_t{2}, std::uint64_t{3}).get_as<std::uint64_t>().value_or(0) == 5);
     }
 }
