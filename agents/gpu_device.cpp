@@ -1,6 +1,5 @@
-#include "gpu_device.hpp"
+#include "gpu_device_impl.hpp"
 
-#include "cuda_api.hpp"
 #include "ptx_geometry.hpp"
 
 #include <algorithm>
@@ -22,8 +21,6 @@ using namespace std::chrono_literals;
 using cuda::CUdeviceptr;
 using cuda::CUresult;
 
-/// Each of the two pinned staging buffers that GPU region reads and writes go through.
-constexpr std::size_t kStagingBytes = std::size_t{8} << 20;
 /// Kernel argument and result buffers are allocated in multiples of this, and at least this.
 constexpr std::size_t kParamAlignment = 16;
 /// Room for the driver's PTX JIT error log.
@@ -41,7 +38,6 @@ constexpr unsigned kDefaultBlocksPerMultiprocessor = 8;
 constexpr int kNameLength = 256;
 constexpr int kBusIdLength = 32; ///< "0000:3B:00.0" and its NUL, with room
 constexpr std::size_t kHashDigits = 12;
-constexpr std::size_t kDims = 3;
 
 void cpu_pause() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -60,100 +56,8 @@ std::string describe(const GpuGeometry& g) {
                        g.block[1], g.block[2]);
 }
 
-struct HostFree {
-    void operator()(void* p) const noexcept { std::free(p); }
-};
-
 } // namespace
 
-struct GpuDevice::Impl {
-    /// Device memory the device owns: grown, never shrunk.
-    struct DeviceBuffer {
-        CUdeviceptr pointer = 0;
-        std::size_t capacity = 0;
-    };
-    struct Region {
-        std::string name;
-        std::uint64_t size = 0;
-        CUdeviceptr pointer = 0; ///< 0 after a failed recreation, until the next one
-    };
-    /// A module's PTX is kept so a recreated context can load it again; `handle` is null until
-    /// then.
-    struct Module {
-        std::string ptx;
-        cuda::CUmodule handle = nullptr;
-        std::map<std::string, cuda::CUfunction, std::less<>> functions;
-    };
-    /// A pinned host buffer and the event recorded after the last copy that used it.
-    struct Staging {
-        std::unique_ptr<std::byte, HostFree> host;
-        bool registered = false;
-        cuda::CUevent done = nullptr;
-        bool pending = false; ///< `done` recorded and not yet waited for
-    };
-
-    Impl(std::shared_ptr<const CudaApi> api_in, int ordinal_in)
-        : api(std::move(api_in)), cu(*api), ordinal(ordinal_in),
-          where(fmt::format("GPU {}", ordinal_in)) {}
-    ~Impl();
-
-    std::shared_ptr<const CudaApi>
-        api; // keeps the table (and so the library) for this device's life
-    const CudaApi& cu;
-    const int ordinal;
-    const std::string where; ///< "GPU 0", what every message starts with
-
-    // Set by open(), constant afterwards.
-    cuda::CUdevice device = 0;
-    std::string name;
-    std::string pci_bus_id; ///< "0000:3B:00.0", or empty
-    unsigned sm = 0;
-    unsigned multiprocessors = 0;
-    std::uint64_t memory_bytes = 0;
-    std::uint64_t max_threads_per_block = 0;
-    std::array<std::uint32_t, kDims> max_block{};
-    std::array<std::uint32_t, kDims> max_grid{};
-
-    std::atomic<std::uint64_t> context_resets{0};
-    std::atomic<std::uint64_t> launches{0};
-    std::atomic<std::uint64_t> modules_loaded{0};
-
-    // Everything below is guarded by `mutex`: the device's one stream does one thing at a time.
-    mutable std::mutex mutex;
-    cuda::CUcontext context = nullptr;
-    bool retained = false; ///< we hold one reference on the primary context
-    cuda::CUstream stream = nullptr;
-    std::array<Staging, 2> staging;
-    std::size_t next_staging = 0;
-    std::vector<Region> regions;
-    std::map<CodeHash, Module> modules;
-    DeviceBuffer args;
-    DeviceBuffer result;
-    DeviceBuffer table;         ///< the regions table: one CUdeviceptr per region
-    bool table_current = false; ///< `table` lists the regions' current pointers
-    std::string broken;         ///< why the context could not be recreated; empty when usable
-
-    // The steps below run with `mutex` held.
-
-    Result<void> make_context();
-    Result<void> recreate();
-    std::string recreate_and_say();
-    Result<void> ready();
-    Error refused(std::string_view call, CUresult r, Errc code) const;
-    Error failed(std::string_view call, CUresult r, Errc code = Errc::internal);
-    Result<void> allocate_zeroed(CUdeviceptr& pointer, std::uint64_t size, std::string_view what);
-    Result<void> reserve(DeviceBuffer& buffer, std::size_t size, std::string_view what);
-    Result<void> settle(Staging& s);
-    Result<void> upload(CUdeviceptr to, std::span<const std::byte> from);
-    Result<void> download(CUdeviceptr from, std::span<std::byte> to);
-    Result<void> load(const CodeHash& hash, Module& module);
-    Result<cuda::CUfunction> function(const CodeHash& hash, std::string_view entry);
-    Result<void> wait_for_kernel(std::string_view entry,
-                                 std::chrono::steady_clock::time_point start,
-                                 std::chrono::milliseconds timeout);
-    const Region* find_region(std::string_view region_name) const;
-    [[nodiscard]] std::string lost_regions() const;
-};
 
 // 1. Retain the primary context and make it current; 2. its stream and the staging events;
 // 3. pin the staging buffers (allocated once, in open()).
@@ -302,70 +206,6 @@ Result<void> GpuDevice::Impl::reserve(DeviceBuffer& buffer, std::size_t size,
             failed(fmt::format("cuMemAlloc of {} bytes for the {}", size, what), r));
     }
     buffer.capacity = size;
-    return {};
-}
-
-/// Waits until the last copy that used `s` is done: before the host writes it, or reads it.
-Result<void> GpuDevice::Impl::settle(Staging& s) {
-    if (!s.pending) return {};
-    s.pending = false;
-    if (CUresult r = cu.cuEventSynchronize(s.done); r != cuda::kSuccess)
-        return tl::make_unexpected(failed("cuEventSynchronize", r));
-    return {};
-}
-
-// Host to device through the staging buffers, alternating: the host copies chunk i+1 into one
-// while the DMA engine reads chunk i from the other. The last copies may still run on return
-// (stream order keeps later work behind them; the host waits before touching the buffer again).
-Result<void> GpuDevice::Impl::upload(CUdeviceptr to, std::span<const std::byte> from) {
-    for (std::size_t done = 0; done < from.size();) {
-        Staging& s = staging[next_staging];
-        next_staging ^= 1;
-        const std::size_t n = std::min(kStagingBytes, from.size() - done);
-        if (auto r = settle(s); !r) return r;
-        std::memcpy(s.host.get(), from.data() + done, n);
-        if (CUresult r = cu.cuMemcpyHtoDAsync(to + done, s.host.get(), n, stream);
-            r != cuda::kSuccess)
-            return tl::make_unexpected(failed("cuMemcpyHtoDAsync", r));
-        if (CUresult r = cu.cuEventRecord(s.done, stream); r != cuda::kSuccess)
-            return tl::make_unexpected(failed("cuEventRecord", r));
-        s.pending = true;
-        done += n;
-    }
-    return {};
-}
-
-// Device to host through the staging buffers: two chunks in flight, and while the host copies
-// chunk i out of one buffer the DMA engine fills the other with chunk i+1. Every copy is done
-// on return.
-Result<void> GpuDevice::Impl::download(CUdeviceptr from, std::span<std::byte> to) {
-    const std::size_t chunks = (to.size() + kStagingBytes - 1) / kStagingBytes;
-    const std::size_t first = next_staging;
-    auto chunk_size = [&](std::size_t i) {
-        return std::min(kStagingBytes, to.size() - i * kStagingBytes);
-    };
-    auto enqueue = [&](std::size_t i) -> Result<void> {
-        Staging& s = staging[(first + i) % 2];
-        // No wait for an upload still reading this buffer: the copy queues behind it on the stream.
-        if (CUresult r =
-                cu.cuMemcpyDtoHAsync(s.host.get(), from + i * kStagingBytes, chunk_size(i), stream);
-            r != cuda::kSuccess)
-            return tl::make_unexpected(failed("cuMemcpyDtoHAsync", r));
-        if (CUresult r = cu.cuEventRecord(s.done, stream); r != cuda::kSuccess)
-            return tl::make_unexpected(failed("cuEventRecord", r));
-        s.pending = true;
-        return {};
-    };
-    for (std::size_t i = 0; i < std::min<std::size_t>(chunks, 2); ++i)
-        if (auto r = enqueue(i); !r) return r;
-    for (std::size_t i = 0; i < chunks; ++i) {
-        Staging& s = staging[(first + i) % 2];
-        if (auto r = settle(s); !r) return r;
-        std::memcpy(to.data() + i * kStagingBytes, s.host.get(), chunk_size(i));
-        if (i + 2 < chunks)
-            if (auto r = enqueue(i + 2); !r) return r;
-    }
-    next_staging = (first + chunks) % 2;
     return {};
 }
 
@@ -728,51 +568,6 @@ Result<Bytes> GpuDevice::launch(const CodeHash& hash, std::string_view entry,
     Bytes out(result_bytes);
     if (auto r = d.download(d.result.pointer, out); !r) return tl::make_unexpected(r.error());
     return out;
-}
-
-namespace {
-
-/// Whether [offset, offset + size) lies in a region of `region_size` bytes, without overflow.
-bool inside(std::uint64_t offset, std::uint64_t size, std::uint64_t region_size) {
-    return offset <= region_size && size <= region_size - offset;
-}
-
-} // namespace
-
-Result<void> GpuDevice::read(std::string_view name, std::uint64_t offset,
-                             std::span<std::byte> out) {
-    Impl& d = *impl_;
-    std::lock_guard lock(d.mutex);
-    const auto* region = d.find_region(name);
-    if (region == nullptr)
-        return fail(Errc::invalid_argument, fmt::format("{}: no region '{}'", d.where, name));
-    if (!inside(offset, out.size(), region->size))
-        return fail(Errc::invalid_argument,
-                    fmt::format("{}: {} bytes at offset {} are outside region '{}' of {} bytes",
-                                d.where, out.size(), offset, name, region->size));
-    if (out.empty()) return {};
-    if (auto r = d.ready(); !r) return r;
-    return d.download(region->pointer + offset, out);
-}
-
-Result<void> GpuDevice::write(std::string_view name, std::uint64_t offset,
-                              std::span<const std::byte> in) {
-    Impl& d = *impl_;
-    std::lock_guard lock(d.mutex);
-    const auto* region = d.find_region(name);
-    if (region == nullptr)
-        return fail(Errc::invalid_argument, fmt::format("{}: no region '{}'", d.where, name));
-    if (!inside(offset, in.size(), region->size))
-        return fail(Errc::invalid_argument,
-                    fmt::format("{}: {} bytes at offset {} are outside region '{}' of {} bytes",
-                                d.where, in.size(), offset, name, region->size));
-    if (in.empty()) return {};
-    if (auto r = d.ready(); !r) return r;
-    if (auto r = d.upload(region->pointer + offset, in); !r) return r;
-    // Done when it returns: the caller may reuse `in`'s memory, and the staging buffers are free.
-    if (CUresult r = d.cu.cuStreamSynchronize(d.stream); r != cuda::kSuccess)
-        return tl::make_unexpected(d.failed("cuStreamSynchronize", r));
-    return {};
 }
 
 std::uint64_t GpuDevice::context_resets() const noexcept {

@@ -1,0 +1,124 @@
+// GPU region reads and writes (GpuDevice::read, write): staged through two pinned host buffers,
+// double-buffered, so the DMA of one chunk overlaps the host's copy of the other.
+#include "gpu_device_impl.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace bitship::agent {
+
+using cuda::CUdeviceptr;
+using cuda::CUresult;
+
+/// Waits until the last copy that used `s` is done: before the host writes it, or reads it.
+Result<void> GpuDevice::Impl::settle(Staging& s) {
+    if (!s.pending) return {};
+    s.pending = false;
+    if (CUresult r = cu.cuEventSynchronize(s.done); r != cuda::kSuccess)
+        return tl::make_unexpected(failed("cuEventSynchronize", r));
+    return {};
+}
+
+// Host to device through the staging buffers, alternating: the host copies chunk i+1 into one
+// while the DMA engine reads chunk i from the other. The last copies may still run on return
+// (stream order keeps later work behind them; the host waits before touching the buffer again).
+Result<void> GpuDevice::Impl::upload(CUdeviceptr to, std::span<const std::byte> from) {
+    for (std::size_t done = 0; done < from.size();) {
+        Staging& s = staging[next_staging];
+        next_staging ^= 1;
+        const std::size_t n = std::min(kStagingBytes, from.size() - done);
+        if (auto r = settle(s); !r) return r;
+        std::memcpy(s.host.get(), from.data() + done, n);
+        if (CUresult r = cu.cuMemcpyHtoDAsync(to + done, s.host.get(), n, stream);
+            r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuMemcpyHtoDAsync", r));
+        if (CUresult r = cu.cuEventRecord(s.done, stream); r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuEventRecord", r));
+        s.pending = true;
+        done += n;
+    }
+    return {};
+}
+
+// Device to host through the staging buffers: two chunks in flight, and while the host copies
+// chunk i out of one buffer the DMA engine fills the other with chunk i+1. Every copy is done
+// on return.
+Result<void> GpuDevice::Impl::download(CUdeviceptr from, std::span<std::byte> to) {
+    const std::size_t chunks = (to.size() + kStagingBytes - 1) / kStagingBytes;
+    const std::size_t first = next_staging;
+    auto chunk_size = [&](std::size_t i) {
+        return std::min(kStagingBytes, to.size() - i * kStagingBytes);
+    };
+    auto enqueue = [&](std::size_t i) -> Result<void> {
+        Staging& s = staging[(first + i) % 2];
+        // No wait for an upload still reading this buffer: the copy queues behind it on the stream.
+        if (CUresult r =
+                cu.cuMemcpyDtoHAsync(s.host.get(), from + i * kStagingBytes, chunk_size(i), stream);
+            r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuMemcpyDtoHAsync", r));
+        if (CUresult r = cu.cuEventRecord(s.done, stream); r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuEventRecord", r));
+        s.pending = true;
+        return {};
+    };
+    for (std::size_t i = 0; i < std::min<std::size_t>(chunks, 2); ++i)
+        if (auto r = enqueue(i); !r) return r;
+    for (std::size_t i = 0; i < chunks; ++i) {
+        Staging& s = staging[(first + i) % 2];
+        if (auto r = settle(s); !r) return r;
+        std::memcpy(to.data() + i * kStagingBytes, s.host.get(), chunk_size(i));
+        if (i + 2 < chunks)
+            if (auto r = enqueue(i + 2); !r) return r;
+    }
+    next_staging = (first + chunks) % 2;
+    return {};
+}
+
+namespace {
+
+/// Whether [offset, offset + size) lies in a region of `region_size` bytes, without overflow.
+bool inside(std::uint64_t offset, std::uint64_t size, std::uint64_t region_size) {
+    return offset <= region_size && size <= region_size - offset;
+}
+
+} // namespace
+
+Result<void> GpuDevice::read(std::string_view name, std::uint64_t offset,
+                             std::span<std::byte> out) {
+    Impl& d = *impl_;
+    std::lock_guard lock(d.mutex);
+    const auto* region = d.find_region(name);
+    if (region == nullptr)
+        return fail(Errc::invalid_argument, fmt::format("{}: no region '{}'", d.where, name));
+    if (!inside(offset, out.size(), region->size))
+        return fail(Errc::invalid_argument,
+                    fmt::format("{}: {} bytes at offset {} are outside region '{}' of {} bytes",
+                                d.where, out.size(), offset, name, region->size));
+    if (out.empty()) return {};
+    if (auto r = d.ready(); !r) return r;
+    return d.download(region->pointer + offset, out);
+}
+
+Result<void> GpuDevice::write(std::string_view name, std::uint64_t offset,
+                              std::span<const std::byte> in) {
+    Impl& d = *impl_;
+    std::lock_guard lock(d.mutex);
+    const auto* region = d.find_region(name);
+    if (region == nullptr)
+        return fail(Errc::invalid_argument, fmt::format("{}: no region '{}'", d.where, name));
+    if (!inside(offset, in.size(), region->size))
+        return fail(Errc::invalid_argument,
+                    fmt::format("{}: {} bytes at offset {} are outside region '{}' of {} bytes",
+                                d.where, in.size(), offset, name, region->size));
+    if (in.empty()) return {};
+    if (auto r = d.ready(); !r) return r;
+    if (auto r = d.upload(region->pointer + offset, in); !r) return r;
+    // Done when it returns: the caller may reuse `in`'s memory, and the staging buffers are free.
+    if (CUresult r = d.cu.cuStreamSynchronize(d.stream); r != cuda::kSuccess)
+        return tl::make_unexpected(d.failed("cuStreamSynchronize", r));
+    return {};
+}
+
+} // namespace bitship::agent
