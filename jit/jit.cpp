@@ -86,8 +86,9 @@ std::string describe(const CompileStats& s) {
 class JitImpl final : public Jit {
 public:
     JitImpl(std::shared_ptr<Engine> engine, std::unique_ptr<CodeCache> cache, std::shared_ptr<ObjectCompiler> compiler,
-            const JitOptions& options)
-        : engine_(std::move(engine)), cache_(std::move(cache)), ptx_(std::move(compiler), *cache_), tiers_(options.tiers),
+            std::string libdevice, const JitOptions& options)
+        : engine_(std::move(engine)), cache_(std::move(cache)), ptx_(std::move(compiler), *cache_, std::move(libdevice)),
+          tiers_(options.tiers),
           key_(ObjectKey::of_this_host(options.opt_level, options.sandbox)) {
         if (tiers_ > 1) tier_up_ = std::make_unique<TierUp>();
     }
@@ -347,13 +348,12 @@ Result<std::vector<std::byte>> libdevice_for(const JitOptions& options) {
 
 /// The ObjectCompiler `options` ask for, checking for the allow-list's names. Shared by the
 /// Engine (CPU code) and the PtxCache (GPU code).
-Result<std::shared_ptr<ObjectCompiler>> make_compiler(const JitOptions& options, const AllowList& allow) {
-    auto libdevice = libdevice_for(options);
-    if (!libdevice) return tl::make_unexpected(libdevice.error());
+Result<std::shared_ptr<ObjectCompiler>> make_compiler(const JitOptions& options, const AllowList& allow,
+                                                      std::vector<std::byte> libdevice) {
     if (options.compiler.mode == CompilerMode::in_process) {
         SymbolNames names;
         for (const auto& [name, address] : allow.symbols()) names.insert(name);
-        auto c = InProcessCompiler::create(std::move(names), options.opt_level, options.sandbox, std::move(*libdevice));
+        auto c = InProcessCompiler::create(std::move(names), options.opt_level, options.sandbox, std::move(libdevice));
         if (!c) return tl::make_unexpected(c.error());
         return std::shared_ptr<ObjectCompiler>(std::move(*c));
     }
@@ -367,7 +367,7 @@ Result<std::shared_ptr<ObjectCompiler>> make_compiler(const JitOptions& options,
     po.opt_level = options.opt_level;
     po.sandbox = options.sandbox;
     for (const auto& [name, address] : allow.symbols()) po.allowed.push_back(name);
-    po.libdevice = std::move(*libdevice);
+    po.libdevice = std::move(libdevice);
     po.cpu_limit = options.compiler.cpu_limit;
     po.memory_bytes = options.compiler.memory_mib << kMibShift;
     auto c = CompilerProcesses::start(std::move(po));
@@ -398,12 +398,16 @@ Result<std::unique_ptr<Jit>> Jit::create(JitOptions options) {
     if (!allow) return tl::make_unexpected(allow.error());
     auto cache = CodeCache::open(options.cache_dir, options.cache_mib << kMibShift, options.cache_disk_mib << kMibShift);
     if (!cache) return tl::make_unexpected(cache.error());
-    auto compiler = make_compiler(options, *allow);
+    auto libdevice = libdevice_for(options);
+    if (!libdevice) return tl::make_unexpected(libdevice.error());
+    std::string libdevice_named = libdevice_id(*libdevice);
+    auto compiler = make_compiler(options, *allow, std::move(*libdevice));
     if (!compiler) return tl::make_unexpected(compiler.error());
     auto engine = Engine::start(std::move(*allow), *compiler, options.sandbox, options.zones);
     if (!engine) return tl::make_unexpected(engine.error());
     return std::unique_ptr<Jit>(
-        new JitImpl(std::shared_ptr<Engine>(std::move(*engine)), std::move(*cache), std::move(*compiler), options));
+        new JitImpl(std::shared_ptr<Engine>(std::move(*engine)), std::move(*cache), std::move(*compiler),
+                    std::move(libdevice_named), options));
 }
 
 } // namespace bitship::jit

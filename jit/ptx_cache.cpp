@@ -20,9 +20,10 @@ constexpr std::size_t kHashDigitsInMessages = 16;
 /// The header line's first words, and its format version: another version is refused and remade.
 constexpr std::string_view kComment = "//";
 constexpr std::string_view kMagic = "bitship-ptx";
-constexpr std::string_view kFormat = "1";
-/// "//" "bitship-ptx" <format> "llvm" <version> "sm_<N>" "slice" <hex> "digest" <hex>
-constexpr std::size_t kHeaderWords = 10;
+constexpr std::string_view kFormat = "2";
+/// "//" "bitship-ptx" <format> "llvm" <version> "sm_<N>" "libdevice" <id> "slice" <hex> "digest" <hex>
+constexpr std::size_t kHeaderWords = 12;
+constexpr std::size_t kLibdeviceDigits = 16;
 
 std::string digest_of(std::string_view ptx) {
     return to_hex(hash_code(std::as_bytes(std::span(ptx.data(), ptx.size()))));
@@ -43,29 +44,36 @@ std::vector<std::string_view> words(std::string_view line) {
 
 } // namespace
 
-std::string encode_ptx_file(std::string_view ptx, const CodeHash& hash, unsigned sm) {
-    std::string out = fmt::format("{} {} {} llvm {} sm_{} slice {} digest {}\n", kComment, kMagic, kFormat,
-                                  to_string(host().llvm), sm, to_hex(hash), digest_of(ptx));
+std::string libdevice_id(std::span<const std::byte> libdevice) {
+    return libdevice.empty() ? std::string("none") : to_hex(hash_code(libdevice), kLibdeviceDigits);
+}
+
+std::string encode_ptx_file(std::string_view ptx, const CodeHash& hash, unsigned sm, std::string_view libdevice) {
+    std::string out = fmt::format("{} {} {} llvm {} sm_{} libdevice {} slice {} digest {}\n", kComment, kMagic, kFormat,
+                                  to_string(host().llvm), sm, libdevice, to_hex(hash), digest_of(ptx));
     out.append(ptx);
     return out;
 }
 
-Result<std::string> decode_ptx_file(std::string_view file, const CodeHash& hash, unsigned sm) {
+Result<std::string> decode_ptx_file(std::string_view file, const CodeHash& hash, unsigned sm, std::string_view libdevice) {
     const auto newline = file.find('\n');
     if (newline == std::string_view::npos) return fail(Errc::malformed_bundle, "PTX file: no header line");
     const auto w = words(file.substr(0, newline));
     const std::string_view ptx = file.substr(newline + 1);
-    if (w.size() != kHeaderWords || w[0] != kComment || w[1] != kMagic || w[3] != "llvm" || w[6] != "slice" ||
-        w[8] != "digest")
-        return fail(Errc::malformed_bundle, "PTX file: not a bitship PTX file (its header line)");
-    if (w[2] != kFormat)
+    if (w.size() >= 3 && w[0] == kComment && w[1] == kMagic && w[2] != kFormat)
         return fail(Errc::malformed_bundle, fmt::format("PTX file: format {} (this agent writes {})", w[2], kFormat));
+    if (w.size() != kHeaderWords || w[0] != kComment || w[1] != kMagic || w[3] != "llvm" || w[6] != "libdevice" ||
+        w[8] != "slice" || w[10] != "digest")
+        return fail(Errc::malformed_bundle, "PTX file: not a bitship PTX file (its header line)");
     if (const std::string ours = to_string(host().llvm); w[4] != ours)
         return fail(Errc::malformed_bundle, fmt::format("PTX file: made by LLVM {}; this agent is LLVM {}", w[4], ours));
     if (const std::string want = fmt::format("sm_{}", sm); w[5] != want)
         return fail(Errc::malformed_bundle, fmt::format("PTX file: made for {}, not {}", w[5], want));
-    if (w[7] != to_hex(hash)) return fail(Errc::malformed_bundle, "PTX file: it holds the PTX of another slice");
-    if (w[9] != digest_of(ptx)) return fail(Errc::malformed_bundle, "PTX file: digest mismatch (torn or altered)");
+    if (w[7] != libdevice)
+        return fail(Errc::malformed_bundle,
+                    fmt::format("PTX file: linked with libdevice {}; this agent's is {}", w[7], libdevice));
+    if (w[9] != to_hex(hash)) return fail(Errc::malformed_bundle, "PTX file: it holds the PTX of another slice");
+    if (w[11] != digest_of(ptx)) return fail(Errc::malformed_bundle, "PTX file: digest mismatch (torn or altered)");
     if (ptx.empty()) return fail(Errc::malformed_bundle, "PTX file: no PTX");
     return std::string(ptx);
 }
@@ -121,10 +129,11 @@ std::shared_ptr<const std::string> PtxCache::from_disk(const Key& key) {
     Result<std::string> ptx = [&]() -> Result<std::string> {
         auto bytes = disk_.read(hash, file);
         if (!bytes) return tl::make_unexpected(bytes.error());
-        return decode_ptx_file(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()), hash, sm);
+        return decode_ptx_file(std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()), hash, sm,
+                               libdevice_);
     }();
     if (ptx) return hold(key, std::move(*ptx));
-    // Made by another LLVM, torn or altered: the slice makes it again, as an object file refused.
+    // Made by another LLVM or with another libdevice, torn or altered: the slice makes it again, as an object file refused.
     spdlog::warn("jit: disk cache PTX of {} for sm_{} refused ({}); compiling its slice again",
                  to_hex(hash, kHashDigitsInMessages), sm, ptx.error().describe());
     disk_.remove(hash, file);
@@ -167,7 +176,7 @@ PtxCache::PtxResult PtxCache::make(std::span<const std::byte> bundle, const Key&
     };
     if (disk_.has_dir()) {
         if (!from_disk) keep(DiskFile::bundle, made->slice_bundle.empty() ? bundle : std::span<const std::byte>(made->slice_bundle));
-        const std::string file = encode_ptx_file(made->ptx, hash, sm);
+        const std::string file = encode_ptx_file(made->ptx, hash, sm, libdevice_);
         keep(DiskFile::ptx(sm), std::as_bytes(std::span(file.data(), file.size())));
     }
     return hold(key, std::move(made->ptx));

@@ -6,12 +6,13 @@
 //
 // A PTX file is text, its first line a PTX comment naming what it was made from and by:
 //
-//   // bitship-ptx 1 llvm 19.1.7 sm_90 slice <64 hex digits> digest <64 hex digits>
+//   // bitship-ptx 2 llvm 19.1.7 sm_90 libdevice <16 hex digits> slice <64 hex digits> digest <64 hex digits>
 //   <the PTX>
 //
-// (digest: the code hash function over the PTX after that line). As with an object file, a PTX
-// file is used only when it was made by this agent's LLVM, for that sm and that slice, and is
-// whole; anything else is removed and the PTX made again from the bundle.
+// (libdevice: the code hash of the libdevice linked in, or "none"; digest: of the PTX after that
+// line). As with an object file, a PTX file is used only when it was made by this agent's LLVM,
+// for that sm and that slice, with this agent's libdevice (a CUDA toolkit upgrade changes it),
+// and is whole; anything else is removed and the PTX made again from the bundle.
 
 #include <atomic>
 #include <cstddef>
@@ -41,7 +42,9 @@ public:
 
     /// `compiler` is shared with the Engine, which links the CPU code it makes; `disk` is the
     /// Jit's code cache and must outlive this.
-    PtxCache(std::shared_ptr<ObjectCompiler> compiler, CodeCache& disk) : compiler_(std::move(compiler)), disk_(disk) {}
+    /// `libdevice`: libdevice_id() of what the compiler links into PTX.
+    PtxCache(std::shared_ptr<ObjectCompiler> compiler, CodeCache& disk, std::string libdevice)
+        : compiler_(std::move(compiler)), disk_(disk), libdevice_(std::move(libdevice)) {}
 
     /// Jit::compile_ptx: from memory, else from the disk cache's PTX file, else compiled from
     /// `bundle` (or, when it is empty, from the disk cache's bundle) and kept in both. Concurrent
@@ -64,17 +67,21 @@ private:
 
     std::shared_ptr<ObjectCompiler> compiler_;
     CodeCache& disk_;
+    const std::string libdevice_;
     mutable std::shared_mutex mutex_; // memory_
     std::map<Key, std::shared_ptr<const std::string>> memory_;
     SingleFlight<Key, PtxResult> in_flight_;
     std::atomic<std::uint64_t> compiles_{0};
 };
 
-/// A PTX file's bytes: the header line above, then `ptx`.
-std::string encode_ptx_file(std::string_view ptx, const CodeHash& hash, unsigned sm);
+/// What a PTX file's header calls this libdevice: 16 hex digits of its code hash, "none" when empty.
+std::string libdevice_id(std::span<const std::byte> libdevice);
 
-/// The PTX of a file made by encode_ptx_file, when it names this agent's LLVM, `sm` and `hash`
-/// and its digest holds; malformed_bundle naming what does not hold otherwise.
-Result<std::string> decode_ptx_file(std::string_view file, const CodeHash& hash, unsigned sm);
+/// A PTX file's bytes: the header line above, then `ptx`.
+std::string encode_ptx_file(std::string_view ptx, const CodeHash& hash, unsigned sm, std::string_view libdevice);
+
+/// The PTX of a file made by encode_ptx_file, when it names this agent's LLVM, `sm`, `libdevice`
+/// and `hash` and its digest holds; malformed_bundle naming what does not hold otherwise.
+Result<std::string> decode_ptx_file(std::string_view file, const CodeHash& hash, unsigned sm, std::string_view libdevice);
 
 } // namespace bitship::jit

@@ -159,7 +159,7 @@ TEST_CASE("ptx cache: a restarted Jit takes PTX from its disk cache without the 
     }
     const fs::path file = ptx_file(dir.path, s.hash, kHopper);
     REQUIRE(fs::exists(file));
-    CHECK(read_text(file).starts_with("// bitship-ptx 1 llvm "));
+    CHECK(read_text(file).starts_with("// bitship-ptx 2 llvm "));
     CHECK(fs::exists(dir.path / (to_hex(s.hash) + ".bundle")));
 
     auto j = make_jit(dir.path);
@@ -210,7 +210,17 @@ TEST_CASE("ptx cache: a torn or stale PTX file is refused and made again from th
     }
     SECTION("torn") { write_text(file, good.substr(0, good.size() / 2)); }
     SECTION("made by another LLVM") {
-        write_text(file, "// bitship-ptx 1 llvm 18.1.8" + good.substr(good.find(" sm_")));
+        write_text(file, "// bitship-ptx 2 llvm 18.1.8" + good.substr(good.find(" sm_")));
+    }
+    SECTION("made with another libdevice (a CUDA toolkit upgrade)") {
+        const auto at = good.find(" libdevice ") + std::string(" libdevice ").size();
+        std::string other = good;
+        other.replace(at, good.find(' ', at) - at, "0123456789abcdef");
+        REQUIRE(other != good);
+        write_text(file, other);
+    }
+    SECTION("an older format") {
+        write_text(file, "// bitship-ptx 1 llvm 19.1.7" + good.substr(good.find(" sm_")));
     }
     auto j = make_jit(dir.path);
     CHECK(ptx_of(*j, {}, s.hash) == made);
@@ -220,26 +230,40 @@ TEST_CASE("ptx cache: a torn or stale PTX file is refused and made again from th
 
 TEST_CASE("ptx cache: a PTX file names what it was made by and for", "[unit]") {
     const auto s = gpu_reduce();
-    const std::string file = jit::encode_ptx_file(".version 8.5\n", s.hash, kHopper);
-    auto ok = jit::decode_ptx_file(file, s.hash, kHopper);
+    const std::byte some_libdevice[3]{std::byte{1}, std::byte{2}, std::byte{3}};
+    const std::string libdevice = jit::libdevice_id(some_libdevice);
+    CHECK(libdevice.size() == 16);
+    CHECK(jit::libdevice_id({}) == "none");
+    const std::string file = jit::encode_ptx_file(".version 8.5\n", s.hash, kHopper, libdevice);
+    CHECK_THAT(file, Catch::StartsWith("// bitship-ptx 2 llvm ") && Catch::Contains(" libdevice " + libdevice + " slice "));
+    auto ok = jit::decode_ptx_file(file, s.hash, kHopper, libdevice);
     REQUIRE(ok);
     CHECK(*ok == ".version 8.5\n");
 
-    auto other_sm = jit::decode_ptx_file(file, s.hash, kAmpere);
+    auto other_libdevice = jit::decode_ptx_file(file, s.hash, kHopper, "none");
+    REQUIRE_FALSE(other_libdevice);
+    CHECK_THAT(other_libdevice.error().message, Catch::Contains("libdevice " + libdevice) && Catch::Contains("is none"));
+
+    auto older = jit::decode_ptx_file("// bitship-ptx 1 llvm 19.1.7 sm_90 slice 00 digest 00\n.version 8.5\n", s.hash, kHopper,
+                                      libdevice);
+    REQUIRE_FALSE(older);
+    CHECK_THAT(older.error().message, Catch::Contains("format 1 (this agent writes 2)"));
+
+    auto other_sm = jit::decode_ptx_file(file, s.hash, kAmpere, libdevice);
     REQUIRE_FALSE(other_sm);
     CHECK(other_sm.error().code == Errc::malformed_bundle);
     CHECK_THAT(other_sm.error().message, Catch::Contains("sm_90") && Catch::Contains("sm_80"));
 
     CodeHash other{};
-    auto other_slice = jit::decode_ptx_file(file, other, kHopper);
+    auto other_slice = jit::decode_ptx_file(file, other, kHopper, libdevice);
     REQUIRE_FALSE(other_slice);
     CHECK_THAT(other_slice.error().message, Catch::Contains("another slice"));
 
-    auto old = jit::decode_ptx_file("// bitship-ptx 1 llvm 18.1.8" + file.substr(file.find(" sm_")), s.hash, kHopper);
+    auto old = jit::decode_ptx_file("// bitship-ptx 2 llvm 18.1.8" + file.substr(file.find(" sm_")), s.hash, kHopper, libdevice);
     REQUIRE_FALSE(old);
     CHECK_THAT(old.error().message, Catch::Contains("LLVM 18.1.8") && Catch::Contains(to_string(jit::host().llvm)));
 
-    auto headless = jit::decode_ptx_file(".version 8.5\n", s.hash, kHopper);
+    auto headless = jit::decode_ptx_file(".version 8.5\n", s.hash, kHopper, libdevice);
     REQUIRE_FALSE(headless);
     CHECK(headless.error().code == Errc::malformed_bundle);
 }
