@@ -101,7 +101,9 @@ Future Chase::start(Strategy strategy, std::uint64_t start, std::uint64_t depth)
     bs_chase_args args{start, depth, 0};
     auto owner = BS_CHASE_OWNER(start);
     ShipOptions options;
-    options.peers = agents_;
+    // One agent holds every node: no peer table, so the RUN carries no reply-to address and
+    // peer list (a few hundred bytes) and the kernel answers its caller as any call does.
+    if (agents_.size() > 1) options.peers = agents_;
     // Each hop can cross agents at most once: depth forwards suffice.
     options.hop_budget = static_cast<std::uint16_t>(std::min<std::uint64_t>(depth + 1, 0xffff));
     const Target& first = agents_[owner < agents_.size() ? owner : 0];

@@ -165,7 +165,8 @@ Future HashLookup::start(Strategy strategy, std::uint64_t key) {
     if (strategy != Strategy::get) {
         bs_hash_args args{key, slot, 0, limit_, 1, 0};
         ShipOptions options;
-        options.peers = agents_;
+        // One agent holds the whole table: no peer table to carry (Chase::start says why).
+        if (agents_.size() > 1) options.peers = agents_;
         // Each entry read can cross agents at most once, and so can the bucket's head.
         options.hop_budget = static_cast<std::uint16_t>(std::min<std::uint64_t>(std::uint64_t{limit_} + 2, 0xffff));
         const Target& first = agents_[BS_HASH_OWNER(slot)];

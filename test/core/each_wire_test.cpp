@@ -17,7 +17,8 @@ namespace {
 
 wire::Run group_run(std::uint32_t count, std::uint32_t size, std::vector<std::byte>& args) {
     args.assign(count * wire::each_stride(size), std::byte{0});
-    for (std::uint32_t i = 0; i < count; ++i) std::memset(args.data() + i * wire::each_stride(size), static_cast<int>(i + 1), size);
+    for (std::uint32_t i = 0; i < count && size > 0; ++i)
+        std::memset(args.data() + i * wire::each_stride(size), static_cast<int>(i + 1), size);
     wire::Run r;
     r.hash[0] = 7;
     r.origin = 9;
