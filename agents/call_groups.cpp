@@ -122,7 +122,8 @@ void Agent::Impl::finish_group(const RunRequest& r, const Runnable& what, Kernel
     const auto mean = static_cast<std::uint64_t>(std::chrono::nanoseconds(done.took).count()) / count;
     kernel_stats.on_run(stats, mean, what.code.get(),
                         what.code ? static_cast<std::uint64_t>(what.code->stats().total_ms() * 1e6) : 0, count);
-    kernel_stats.on_calls(stats, r.conn, count, r.run.args.size(), done.answers.size());
+    // Bytes in: the calls' own arguments (not the padding between them); out: the answers.
+    kernel_stats.on_calls(stats, r.conn, count, std::size_t{count} * r.run.each->size, done.answers.size());
     counters.results.fetch_add(count - done.failures, std::memory_order_relaxed);
     counters.errors.fetch_add(done.failures, std::memory_order_relaxed);
     if (done.first_failure) log_failure(r.conn, r.id, *done.first_failure);
