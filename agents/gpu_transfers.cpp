@@ -78,43 +78,38 @@ Result<void> GpuDevice::Impl::download(CUdeviceptr from, std::span<std::byte> to
 
 namespace {
 
-/// Whether [offset, offset + size) lies in a region of `region_size` bytes, without overflow.
-bool inside(std::uint64_t offset, std::uint64_t size, std::uint64_t region_size) {
-    return offset <= region_size && size <= region_size - offset;
+/// The region `name` when [offset, offset + size) lies in it (checked without overflow);
+/// invalid_argument naming what does not hold otherwise. With the device's mutex held.
+Result<const GpuDevice::Impl::Region*> checked_region(const GpuDevice::Impl& d, std::string_view name,
+                                                      std::uint64_t offset, std::uint64_t size) {
+    const auto* region = d.find_region(name);
+    if (region == nullptr) return fail(Errc::invalid_argument, fmt::format("{}: no region '{}'", d.where, name));
+    if (offset > region->size || size > region->size - offset)
+        return fail(Errc::invalid_argument, fmt::format("{}: {} bytes at offset {} are outside region '{}' of {} bytes",
+                                                        d.where, size, offset, name, region->size));
+    return region;
 }
 
 } // namespace
 
-Result<void> GpuDevice::read(std::string_view name, std::uint64_t offset,
-                             std::span<std::byte> out) {
+Result<void> GpuDevice::read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
     Impl& d = *impl_;
     std::lock_guard lock(d.mutex);
-    const auto* region = d.find_region(name);
-    if (region == nullptr)
-        return fail(Errc::invalid_argument, fmt::format("{}: no region '{}'", d.where, name));
-    if (!inside(offset, out.size(), region->size))
-        return fail(Errc::invalid_argument,
-                    fmt::format("{}: {} bytes at offset {} are outside region '{}' of {} bytes",
-                                d.where, out.size(), offset, name, region->size));
+    auto region = checked_region(d, name, offset, out.size());
+    if (!region) return tl::make_unexpected(region.error());
     if (out.empty()) return {};
     if (auto r = d.ready(); !r) return r;
-    return d.download(region->pointer + offset, out);
+    return d.download((*region)->pointer + offset, out);
 }
 
-Result<void> GpuDevice::write(std::string_view name, std::uint64_t offset,
-                              std::span<const std::byte> in) {
+Result<void> GpuDevice::write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in) {
     Impl& d = *impl_;
     std::lock_guard lock(d.mutex);
-    const auto* region = d.find_region(name);
-    if (region == nullptr)
-        return fail(Errc::invalid_argument, fmt::format("{}: no region '{}'", d.where, name));
-    if (!inside(offset, in.size(), region->size))
-        return fail(Errc::invalid_argument,
-                    fmt::format("{}: {} bytes at offset {} are outside region '{}' of {} bytes",
-                                d.where, in.size(), offset, name, region->size));
+    auto region = checked_region(d, name, offset, in.size());
+    if (!region) return tl::make_unexpected(region.error());
     if (in.empty()) return {};
     if (auto r = d.ready(); !r) return r;
-    if (auto r = d.upload(region->pointer + offset, in); !r) return r;
+    if (auto r = d.upload((*region)->pointer + offset, in); !r) return r;
     // Done when it returns: the caller may reuse `in`'s memory, and the staging buffers are free.
     if (CUresult r = d.cu.cuStreamSynchronize(d.stream); r != cuda::kSuccess)
         return tl::make_unexpected(d.failed("cuStreamSynchronize", r));
