@@ -278,7 +278,8 @@ struct Agent::Impl {
         Clock::duration took{};
     };
     // Runs the group's calls one after another (on a worker, the token released).
-    GroupRun run_calls(const RunRequest& r, const Runnable& what, void (*started)(void*), void* started_arg);
+    GroupRun run_calls(const RunRequest& r, const Runnable& what, KernelStats::KernelSlot* stats, void (*started)(void*),
+                       void* started_arg);
     // With the token: counts, logs and sends the group's answers.
     void finish_group(const RunRequest& r, const Runnable& what, KernelStats::KernelSlot* stats, GroupRun&& done);
 

@@ -61,19 +61,19 @@ void Agent::Impl::run_group(std::shared_ptr<RunRequest> r, Runnable what) {
         WorkerPool::RunningHere running(*pool);
         const bool long_group = KernelStats::last_run_ns(counted) * count >= kLongKernelNs;
         GroupRun done;
-        engine->run_released([&] { done = run_calls(*r, what, nullptr, nullptr); }, long_group);
+        engine->run_released([&] { done = run_calls(*r, what, counted, nullptr, nullptr); }, long_group);
         finish_group(*r, what, counted, std::move(done));
         return;
     }
     bool queued = pool->submit([this, r, what, counted] {
-        auto done = run_calls(*r, what, &wake_watchdog, engine.get());
+        auto done = run_calls(*r, what, counted, &wake_watchdog, engine.get());
         engine->post([this, r, what, counted, done = std::move(done)]() mutable { finish_group(*r, what, counted, std::move(done)); });
     });
     if (!queued) answer_error(*r, Error{Errc::shutting_down, "agent is shutting down"});
 }
 
-Agent::Impl::GroupRun Agent::Impl::run_calls(const RunRequest& r, const Runnable& what, void (*started)(void*),
-                                             void* started_arg) {
+Agent::Impl::GroupRun Agent::Impl::run_calls(const RunRequest& r, const Runnable& what, KernelStats::KernelSlot* counted,
+                                             void (*started)(void*), void* started_arg) {
     const auto& each = *r.run.each;
     const std::size_t stride = wire::each_stride(each.size);
     const std::size_t budget = config.limits.max_result;
@@ -81,7 +81,6 @@ Agent::Impl::GroupRun Agent::Impl::run_calls(const RunRequest& r, const Runnable
     GroupRun done;
     bs_ctx ctx;
     prepare_ctx(ctx, r);
-    auto* counted = kernel_stats.slot(r.run.hash, r.run.entry);
     const auto began = Clock::now();
     std::optional<std::uint32_t> timed_out; // a call that ran past its budget: the rest do not run
     for (std::uint32_t i = 0; i < each.count; ++i) {

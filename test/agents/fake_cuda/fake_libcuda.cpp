@@ -609,18 +609,25 @@ FAKE_CUDA_EXPORT CUresult cuCtxSynchronize() {
 
 // Streams and events.
 
-FAKE_CUDA_EXPORT CUresult cuStreamCreate(cuda::CUstream* stream, unsigned flags) {
-    if (stream == nullptr || (flags & ~kKnownStreamFlags) != 0) return cuda::kErrorInvalidValue;
-    auto& s = state();
+/// A stream or event of the current context: owned by the driver's `all`, listed in the
+/// context's `mine` (what a context reset forgets), handed out through `out`.
+template <class T>
+CUresult make_in_context(State& s, std::vector<std::unique_ptr<T>>& all, std::vector<T*> CUctx_st::*mine, T*& out) {
     std::lock_guard lock(s.mutex);
     CUctx_st* ctx = nullptr;
     if (CUresult r = current_context(s, ctx); r != cuda::kSuccess) return r;
-    s.streams.push_back(std::make_unique<CUstream_st>());
-    auto* made = s.streams.back().get();
+    all.push_back(std::make_unique<T>());
+    T* made = all.back().get();
     made->context = ctx;
-    ctx->streams.push_back(made);
-    *stream = made;
+    (ctx->*mine).push_back(made);
+    out = made;
     return cuda::kSuccess;
+}
+
+FAKE_CUDA_EXPORT CUresult cuStreamCreate(cuda::CUstream* stream, unsigned flags) {
+    if (stream == nullptr || (flags & ~kKnownStreamFlags) != 0) return cuda::kErrorInvalidValue;
+    auto& s = state();
+    return make_in_context(s, s.streams, &CUctx_st::streams, *stream);
 }
 
 FAKE_CUDA_EXPORT CUresult cuStreamDestroy_v2(cuda::CUstream stream) {
@@ -652,15 +659,7 @@ FAKE_CUDA_EXPORT CUresult cuStreamSynchronize(cuda::CUstream stream) {
 FAKE_CUDA_EXPORT CUresult cuEventCreate(cuda::CUevent* event, unsigned flags) {
     if (event == nullptr || (flags & ~kKnownEventFlags) != 0) return cuda::kErrorInvalidValue;
     auto& s = state();
-    std::lock_guard lock(s.mutex);
-    CUctx_st* ctx = nullptr;
-    if (CUresult r = current_context(s, ctx); r != cuda::kSuccess) return r;
-    s.events.push_back(std::make_unique<CUevent_st>());
-    auto* made = s.events.back().get();
-    made->context = ctx;
-    ctx->events.push_back(made);
-    *event = made;
-    return cuda::kSuccess;
+    return make_in_context(s, s.events, &CUctx_st::events, *event);
 }
 
 FAKE_CUDA_EXPORT CUresult cuEventRecord(cuda::CUevent event, cuda::CUstream stream) {
