@@ -161,6 +161,14 @@ int main(int argc, char** argv) {
             for (unsigned n : cfg.agent_counts) {
                 auto list = ChaseList::make(n, nodes, cfg.seed + n);
                 auto setup = start(tl, n, list, cfg);
+                // What the kernel gave each region (the agents are on this host): a random hop
+                // on 4 KiB pages is a TLB miss as well as a DRAM load.
+                for (unsigned i = 0; i < n; ++i) {
+                    auto r = setup.client->region(setup.targets[i], "chase");
+                    if (!r) throw std::runtime_error(r.error().describe());
+                    fmt::print("{:<4} {:>6} region of agent {}: {}\n", tl, n, i,
+                               page_size_of(reinterpret_cast<const void*>(r->base), setup.agents[i]->pid()));
+                }
                 const Strategy strategies[] = {Strategy::get, Strategy::native, Strategy::xrdma};
                 // Warm: the shipped kernel's code is on every agent before timing (cold is below).
                 for (auto st : strategies) timed_chase(*setup.chase, list, st, random_start(rng, list), 64);

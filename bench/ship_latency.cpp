@@ -240,9 +240,15 @@ int main(int argc, char** argv) {
                     std::this_thread::sleep_for(std::chrono::milliseconds(cfg.idle_ms));
                     idle.push_back(time_calls(0, 1, ship)[0]);
                 }
-                auto idle_s = bench::summarise(idle);
-                print(tl, fmt::format("cached ship after {} ms idle", cfg.idle_ms), idle_s);
-                rows.push_back({labels(tl, "cached_ship_after_idle"), idle_s, {{"idle_ms", double(cfg.idle_ms)}}});
+                if (!idle.empty()) {
+                    auto idle_s = bench::summarise(idle);
+                    print(tl, fmt::format("cached ship after {} ms idle", cfg.idle_ms), idle_s);
+                    rows.push_back({labels(tl, "cached_ship_after_idle"), idle_s, {{"idle_ms", double(cfg.idle_ms)}}});
+                }
+            }
+            if (cfg.cold_reps <= 0) { // no cold rows, and no verdicts on figures not measured
+                verdicts.push_back(fmt::format("{}: cold ship not measured (--cold-reps 0)", tl));
+                continue;
             }
             // Cold: a fresh agent each time, connected first, so the timed call is the ship. Each
             // rep starts one agent compiling in bitship-compiler processes (the default) and one

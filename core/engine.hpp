@@ -9,6 +9,8 @@
 //   engine->start();                                 // the progress thread
 //   engine->post([&] { auto ep = engine->connect("127.0.0.1", 7000); ... });
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -81,6 +83,10 @@ std::string shared_huge_pages();
 /// True when neither transparent huge pages for shared memory (shmem_enabled advise, always or
 /// within_size) nor free hugetlb pages are available.
 bool shared_huge_pages_off();
+/// The pages backing `base` in process `pid` (0: this one), from the kernel's own accounting
+/// (/proc/PID/smaps): "4 KiB pages", "2 MiB transparent huge pages (N MiB of them)" or
+/// "2048 KiB pages (hugetlb)".
+std::string page_size_of(const void* base, pid_t pid = 0);
 
 class Engine {
 public:

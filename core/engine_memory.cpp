@@ -13,10 +13,9 @@
 
 namespace bitship {
 
-namespace {
-// What backs [base, base+length): huge pages or not, from the kernel's own accounting.
-std::string page_size_of(const void* base) {
-    std::FILE* f = std::fopen("/proc/self/smaps", "r");
+std::string page_size_of(const void* base, pid_t pid) {
+    auto smaps = pid == 0 ? std::string("/proc/self/smaps") : fmt::format("/proc/{}/smaps", pid);
+    std::FILE* f = std::fopen(smaps.c_str(), "r");
     if (!f) return "unknown page size";
     char line[512];
     bool inside = false;
@@ -41,6 +40,8 @@ std::string page_size_of(const void* base) {
     if (huge_kb > 0) return fmt::format("2 MiB transparent huge pages ({} MiB of them)", huge_kb / 1024);
     return "4 KiB pages";
 }
+
+namespace {
 // The bracketed choice of a sysfs setting ("always [advise] never" -> "advise").
 std::string sysfs_choice(const char* path) {
     std::FILE* f = std::fopen(path, "r");
