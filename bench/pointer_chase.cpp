@@ -94,17 +94,36 @@ Setup start(const std::string& tl, unsigned n, const ChaseList& list, const Conf
     return s;
 }
 
-// One chase, checked. A fast wrong answer is a failure, not a data point.
-double timed_chase(Chase& chase, const ChaseList& list, Strategy st, std::uint64_t start, std::uint64_t depth) {
+// One timed chase and what it answered; check() compares it with a local walk.
+struct Answer {
+    Strategy strategy;
+    std::uint64_t start, depth;
+    bs_chase_result got;
+};
+
+double timed_chase(Chase& chase, Strategy st, std::uint64_t start, std::uint64_t depth, std::vector<Answer>& answers) {
     auto t = Clock::now();
     auto r = chase.run(st, start, depth);
     double us = std::chrono::duration<double, std::micro>(Clock::now() - t).count();
     if (!r) throw std::runtime_error(fmt::format("{} chase failed: {}", xrdma::to_string(st), r.error().describe()));
-    auto want = list.walk(start, depth);
-    if (r->addr != want.addr || r->sum != want.sum)
-        throw std::runtime_error(fmt::format("WRONG ANSWER: {} depth {} from {:#x}: got node {:#x} sum {}, expected {:#x} sum {}",
-                                             xrdma::to_string(st), depth, start, r->addr, r->sum, want.addr, want.sum));
+    answers.push_back({st, start, depth, *r});
     return us;
+}
+
+// A fast wrong answer is a failure, not a data point. Checked after the row, not between its
+// chases: the reference walk goes through the client's own copy of the list (as large as the
+// region), and between two timed chases it would push the region's page-table entries (the
+// guest's and, in a VM, the host's) out of the caches, so every timed hop would pay a page walk
+// from DRAM that a program chasing its data back to back does not (1 GiB, 1024 hops, on this
+// VM: 170 us with a walk of another 1 GiB between chases at 261).
+void check(const ChaseList& list, const std::vector<Answer>& answers) {
+    for (const auto& a : answers) {
+        auto want = list.walk(a.start, a.depth);
+        if (a.got.addr != want.addr || a.got.sum != want.sum)
+            throw std::runtime_error(fmt::format("WRONG ANSWER: {} depth {} from {:#x}: got node {:#x} sum {}, expected {:#x} sum {}",
+                                                 xrdma::to_string(a.strategy), a.depth, a.start, a.got.addr, a.got.sum, want.addr,
+                                                 want.sum));
+    }
 }
 
 std::uint64_t random_start(std::mt19937_64& rng, const ChaseList& list) {
@@ -171,7 +190,8 @@ int main(int argc, char** argv) {
                 }
                 const Strategy strategies[] = {Strategy::get, Strategy::native, Strategy::xrdma};
                 // Warm: the shipped kernel's code is on every agent before timing (cold is below).
-                for (auto st : strategies) timed_chase(*setup.chase, list, st, random_start(rng, list), 64);
+                std::vector<Answer> answers;
+                for (auto st : strategies) timed_chase(*setup.chase, st, random_start(rng, list), 64, answers);
                 for (auto depth : cfg.depths) {
                     // The strategies take turns, one chase each, each from a fresh random start of
                     // its own: they see the same machine and neighbours, and none walks a path
@@ -185,12 +205,14 @@ int main(int argc, char** argv) {
                             auto start = random_start(rng, list);
                             bool want = rep < cfg.min_reps || (rep < cfg.max_reps && spent[i] < cfg.row_seconds * 1e6);
                             if (!want) continue;
-                            samples[i].push_back(timed_chase(*setup.chase, list, strategies[i], start, depth));
+                            samples[i].push_back(timed_chase(*setup.chase, strategies[i], start, depth, answers));
                             spent[i] += samples[i].back();
                             more = true;
                         }
                         if (!more) break;
                     }
+                    check(list, answers);
+                    answers.clear();
                     for (int i = 0; i < 3; ++i) {
                         auto st = strategies[i];
                         auto s = bench::summarise(samples[i]);
@@ -212,7 +234,9 @@ int main(int argc, char** argv) {
             for (int i = 0; i < cfg.cold_reps; ++i) {
                 auto list = ChaseList::make(1, nodes, cfg.seed + 1);
                 auto setup = start(tl, 1, list, cfg);
-                samples.push_back(timed_chase(*setup.chase, list, Strategy::xrdma, random_start(rng, list), 1024));
+                std::vector<Answer> answers;
+                samples.push_back(timed_chase(*setup.chase, Strategy::xrdma, random_start(rng, list), 1024, answers));
+                check(list, answers);
             }
             cold[tl] = bench::summarise(samples);
             fmt::print("{:<4} {:>6} {:<7} {:>6} {:>11.1f} {:>11.1f} {:>11} {:>5}   cold: first call to a fresh agent (code + JIT)\n",
