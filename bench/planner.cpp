@@ -126,10 +126,13 @@ struct Point {
     std::uint64_t crossover = 0;     ///< the first predicted crossover of its row (0: none)
 };
 
-double run_us(Planner& planner, Op& op, std::uint64_t size, Strategy s) {
+// `want`: op.expected(size), worked out once per point. Worked out after every run, the
+// reference (the client's own copy of the data, up to 2 MiB) would push the agent's region out
+// of this core's caches between two timed runs, which the planner's calibration runs never see.
+double run_us(Planner& planner, Op& op, std::uint64_t size, Strategy s, const Bytes& want) {
     auto r = planner.run_as(op, size, s);
     if (!r) throw std::runtime_error(fmt::format("{} by {} at {}: {}", op.name(), to_string(s), size, r.error().describe()));
-    if (r->first != op.expected(size))
+    if (r->first != want)
         throw std::runtime_error(fmt::format("WRONG ANSWER: {} by {} at {}", op.name(), to_string(s), size));
     return std::chrono::duration<double, std::micro>(r->second).count();
 }
@@ -347,6 +350,7 @@ int main(int argc, char** argv) {
                                 p.crossover = bp.segments().size() > 1 ? bp.segments()[1].from : 0;
                                 std::map<Strategy, std::vector<double>> samples;
                                 std::vector<double> planned;
+                                const Bytes want = o.expected(size);
                                 for (int r = 0; r < reps; ++r) {
                                     // Turns: every strategy and the planner, all on the same machine, in an
                                     // order shuffled each rep (the same shuffles every run). In a fixed
@@ -368,7 +372,7 @@ int main(int argc, char** argv) {
                                         }
                                         awaken(client, agents);
                                         if (!planners) {
-                                            samples[all[turn]].push_back(run_us(*planner, o, size, all[turn]));
+                                            samples[all[turn]].push_back(run_us(*planner, o, size, all[turn], want));
                                             continue;
                                         }
                                         if (r == 0) { // what it predicts before its own run teaches it anything
@@ -380,7 +384,7 @@ int main(int argc, char** argv) {
                                         const auto t1 = Clock::now();
                                         auto answer = planner->run(o, size, &chosen);
                                         planned.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
-                                        if (!answer || *answer != o.expected(size))
+                                        if (!answer || *answer != want)
                                             throw std::runtime_error(fmt::format("planner run of {} at {} failed", spec.name, size));
                                         ++p.choices[chosen];
                                     }

@@ -1,6 +1,7 @@
 #include "planner.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <functional>
@@ -35,6 +36,18 @@ double median(std::vector<double> v) {
     return v.empty() ? 0 : v[v.size() / 2];
 }
 
+/// median() of v[0, n), in place (it reorders them): no allocation on a run's path.
+template <std::size_t N>
+double median_of_first(std::array<double, N>& v, std::size_t n) {
+    if (n == 0) return 0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n / 2), v.begin() + static_cast<std::ptrdiff_t>(n));
+    return v[n / 2];
+}
+
+/// Refitted wisdom goes to the file at most this often (and when the planner goes): writing it
+/// costs 0.1-0.3 ms, which after every refit (every 64 runs) cost each run a few µs on average,
+/// more than the op itself over mapped memory.
+constexpr auto kWisdomFlush = std::chrono::seconds(5);
 } // namespace
 
 double Plan::estimate_of(Strategy s) const noexcept {
@@ -80,6 +93,8 @@ struct Planner::Impl {
     int probes = 1;
     std::vector<RemoteRegion> probe_regions; ///< by agent
     std::optional<Wisdom> wisdom;
+    bool wisdom_dirty = false;         ///< entries put since the file was last written
+    Clock::time_point wisdom_saved{};  ///< when it was
     std::map<const Op*, OpState> ops;
     std::map<std::uint64_t, AgentRecord> records; // by Target::id()
     AgentRecord* owner_record = nullptr;           // records' entry for agents.front(), once it has one
@@ -141,30 +156,33 @@ struct Planner::Impl {
     /// its latest GETs took over theirs (a slow link or a model error makes both late; a queue,
     /// the remote runs only). If so, what they took beyond it (the median) counts as a queue
     /// while kLateRuns of them are still in the window.
-    void update_lateness(AgentRecord& rec) const {
+    void update_lateness(AgentRecord& rec, Clock::time_point now) const {
         rec.late_ns = 0;
         rec.get_late = 1;
-        const auto now = Clock::now();
-        std::vector<double> ratios, excess, get_ratios;
-        std::vector<Clock::time_point> times;
+        // record() keeps at most kLateKept of each: fixed arrays, no allocation after every run.
+        std::array<double, kLateKept> ratios{}, excess{}, get_ratios{};
+        std::array<Clock::time_point, kLateKept> times{};
+        std::size_t n = 0, gets = 0;
         for (const auto& late : rec.recent)
-            if (now - late.at <= options.load_fresh) {
-                ratios.push_back(late.ratio);
-                excess.push_back(late.excess_ns);
-                times.push_back(late.at);
+            if (n < kLateKept && now - late.at <= options.load_fresh) {
+                ratios[n] = late.ratio;
+                excess[n] = late.excess_ns;
+                times[n] = late.at;
+                ++n;
             }
-        if (ratios.size() < kLateRuns) return;
+        if (n < kLateRuns) return;
         for (const auto& late : rec.recent_gets)
-            if (now - late.at <= options.load_fresh) get_ratios.push_back(late.ratio);
-        const double get_late = get_ratios.empty() ? 1.0 : std::max(1.0, median(get_ratios));
-        if (median(ratios) < options.slow_factor * get_late) return;
-        rec.late_ns = std::max(0.0, median(excess));
+            if (gets < kLateKept && now - late.at <= options.load_fresh) get_ratios[gets++] = late.ratio;
+        const double get_late = gets == 0 ? 1.0 : std::max(1.0, median_of_first(get_ratios, gets));
+        if (median_of_first(ratios, n) < options.slow_factor * get_late) return;
+        rec.late_ns = std::max(0.0, median_of_first(excess, n));
         // A GET the owner serves itself (over TCP UCX emulates it in software on the target)
         // waits for the loaded owner too, less than a remote run: fetching pays that per GET.
         rec.get_late = get_late;
         // Until fewer than kLateRuns of them are left in the window: the kLateRuns-th newest
         // leaves it then.
-        std::nth_element(times.begin(), times.begin() + (kLateRuns - 1), times.end(), std::greater<>());
+        std::nth_element(times.begin(), times.begin() + (kLateRuns - 1), times.begin() + static_cast<std::ptrdiff_t>(n),
+                         std::greater<>());
         rec.late_until = times[kLateRuns - 1] + options.load_fresh;
     }
     [[nodiscard]] double queue_wait_ns() const {
@@ -198,10 +216,23 @@ struct Planner::Impl {
         st.entry.cold = Breakpoints::compute(st.entry.model, *st.op, b.min_size, b.max_size, false, st.strategies);
     }
 
-    void keep(const OpState& st) {
+    /// Puts the op's entry in the wisdom, and writes the file when `now` (a calibration) or when
+    /// the last write is kWisdomFlush old; else the planner's end writes it. A refit moves
+    /// crossovers by tens of percent from one to the next on noisy runs, so "only when a
+    /// breakpoint moves" would still write after nearly every one.
+    void keep(const OpState& st, bool now = true) {
         if (!wisdom) return;
         wisdom->put(st.key, st.entry);
+        wisdom_dirty = true;
+        if (now || Clock::now() - wisdom_saved >= kWisdomFlush) save_wisdom();
+    }
+    void save_wisdom() {
+        wisdom_dirty = false;
+        wisdom_saved = Clock::now();
         if (auto saved = wisdom->save(); !saved) spdlog::warn("planner: {}", saved.error().describe());
+    }
+    ~Impl() {
+        if (wisdom && wisdom_dirty) save_wisdom();
     }
 
     static void push_sample(std::vector<Sample>& v, Sample s) {
@@ -393,6 +424,19 @@ struct Planner::Impl {
         return {};
     }
 
+    /// One run by `s`, timed, and what it teaches: `ahead` and `wait` are the owner's load as
+    /// it was just before (calls_ahead, queue_wait_ns).
+    Result<std::pair<Bytes, std::chrono::nanoseconds>> run_recorded(OpState& st, std::uint64_t size, Strategy s, std::uint32_t ahead,
+                                                                   double wait) {
+        const bool cached_before = st.cached;
+        auto r = timed(*st.op, size, s, false);
+        if (!r) return r;
+        if (ships_code(s)) st.cached = true;
+        ++stats.runs;
+        record(st, size, s, cached_before, wait, ahead > 0, static_cast<double>(r->second.count()));
+        return r;
+    }
+
     void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double actual_ns) {
         const auto work = st.op->work(size);
         // Against what the agent's own report predicted: a wait the planner inferred from late
@@ -403,9 +447,10 @@ struct Planner::Impl {
         if (cached_before || !ships_code(s)) {
             auto& recent = s == Strategy::get ? rec.recent_gets : rec.recent;
             const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
-            if (unloaded > 0) recent.push_back({Clock::now(), actual_ns / unloaded, actual_ns - unloaded});
+            const auto now = Clock::now();
+            if (unloaded > 0) recent.push_back({now, actual_ns / unloaded, actual_ns - unloaded});
             if (recent.size() > kLateKept) recent.pop_front();
-            update_lateness(rec);
+            update_lateness(rec, now);
         }
         if (predicted > 0) rec.ratio.add(actual_ns / predicted);
         if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
@@ -431,7 +476,7 @@ struct Planner::Impl {
             if (samples.size() >= 2) st.entry.model.fits[index_of(strategy)] = fit(*st.op, st.entry.model.link, strategy, samples);
         }
         recompute(st);
-        keep(st);
+        keep(st, false);
         ++stats.refits;
     }
 
@@ -555,11 +600,15 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
 
 Result<Bytes> Planner::run(Op& op, std::uint64_t size, Strategy* chosen) {
     auto& im = *impl_;
-    const auto* st = im.find(op);
+    auto* st = im.find(op);
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
+    // The owner's load is read once, for the choice and for what the run teaches.
+    const auto now = Clock::now();
+    const auto ahead = im.calls_ahead(now);
+    const double wait = im.queue_wait_ns(ahead, now);
     bool pushed = false;
-    const Strategy choice = im.choose(*st, size, im.queue_wait_ns(), &pushed);
-    auto r = run_as(op, size, choice);
+    const Strategy choice = im.choose(*st, size, wait, &pushed);
+    auto r = im.run_recorded(*st, size, choice, ahead, wait);
     if (!r) return tl::make_unexpected(r.error());
     ++im.stats.chosen[index_of(choice)];
     if (pushed) ++im.stats.pushed_back;
@@ -571,17 +620,9 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::run_as(Op& op, std::
     auto& im = *impl_;
     auto* st = im.find(op);
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
-    const bool cached_before = st->cached;
     const auto now = Clock::now();
     const auto ahead = im.calls_ahead(now);
-    const double wait = im.queue_wait_ns(ahead, now);
-    const bool full = ahead > 0;
-    auto r = im.timed(op, size, strategy, false);
-    if (!r) return r;
-    if (ships_code(strategy)) st->cached = true;
-    ++im.stats.runs;
-    im.record(*st, size, strategy, cached_before, wait, full, static_cast<double>(r->second.count()));
-    return r;
+    return im.run_recorded(*st, size, strategy, ahead, im.queue_wait_ns(ahead, now));
 }
 
 void Planner::code_evicted(const Op& op) {

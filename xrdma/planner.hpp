@@ -61,7 +61,8 @@ struct PlannerOptions {
     /// Calibration: sizes across the declared range, and timed runs at each.
     unsigned calibration_sizes = 8;
     unsigned calibration_runs = 5;
-    /// Real runs between refits of the model from them (0: never refit).
+    /// Real runs between refits of the model from them (0: never refit). A refit's wisdom is
+    /// written at most every 5 s and when the planner goes (a calibration's, at once).
     unsigned refit_every = 64;
     /// An agent whose runs take this many times their prediction (median over the window) is
     /// flagged as slow.

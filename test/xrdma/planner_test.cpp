@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <csignal>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -159,6 +161,53 @@ TEST_CASE("the wisdom file survives a restart, and is measured again when the li
     REQUIRE(third->add(**op, kDepths));
     CHECK(third->stats().drifted == 1);
     CHECK(third->stats().calibrations == 1);
+    std::filesystem::remove_all(dir);
+}
+
+namespace {
+// The wisdom file's one entry, as Wisdom::format writes it (empty when there is none).
+std::string wisdom_line(const std::filesystem::path& file, std::string* key = nullptr) {
+    std::ifstream in(file);
+    std::string line;
+    std::getline(in, line); // the format line
+    while (std::getline(in, line))
+        if (auto parsed = Wisdom::parse(line)) {
+            if (key) *key = parsed->first;
+            return Wisdom::format(parsed->first, parsed->second);
+        }
+    return {};
+}
+} // namespace
+
+TEST_CASE("what refits learn reaches the wisdom file by the planner's end, not a write after every refit", "[integration]") {
+    const auto dir = launch::make_temp_dir("bitship-planner-");
+    const auto file = dir / "planner.wisdom";
+    AgentProcess agent("shm", chase_region());
+    auto client = client_for("shm");
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto op = ChaseOp::create(client, {*target}, kNodes, 11);
+    REQUIRE(op);
+    auto options = options_in(dir);
+    options.refit_every = 4;
+    std::string key, last, calibrated;
+    {
+        auto planner = Planner::open(client, {*target}, options);
+        REQUIRE(planner);
+        const auto added = std::chrono::steady_clock::now();
+        REQUIRE(planner->add(**op, kDepths));
+        calibrated = wisdom_line(file, &key);
+        REQUIRE_FALSE(calibrated.empty()); // a calibration is written at once
+        for (std::uint64_t depth = 1; depth <= 64; ++depth) REQUIRE(planner->run(**op, depth));
+        REQUIRE(planner->stats().refits >= 8);
+        last = Wisdom::format(key, *planner->entry(**op));
+        REQUIRE(last != calibrated); // the runs taught it something (else this test shows nothing)
+        // Not written after each refit: the file still holds the calibration (checked only while
+        // the planner's flush interval, 5 s, cannot have passed).
+        if (std::chrono::steady_clock::now() - added < 4s) CHECK(wisdom_line(file) == calibrated);
+    }
+    // Written when the planner went: the entry as the last refit left it.
+    CHECK(wisdom_line(file) == last);
     std::filesystem::remove_all(dir);
 }
 
