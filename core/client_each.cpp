@@ -6,10 +6,11 @@ namespace bitship {
 
 EachFuture Client::ship_each_bytes(const Kernel& kernel, const Target& target, std::size_t count, std::size_t size,
                                    std::span<const std::byte> args, const ShipOptions& options) {
+    std::string agent = target.info_ ? fmt::format("agent {}", target.info_->address) : std::string("agent");
     auto refuse = [&](Errc code, std::string why) {
         auto c = impl_->new_call(target.id(), Kind::run);
         c->complete(fail(code, std::move(why)));
-        return EachFuture(Future(c), static_cast<std::uint32_t>(std::min<std::size_t>(count, wire::kMaxEachCalls)));
+        return EachFuture(Future(c), static_cast<std::uint32_t>(std::min<std::size_t>(count, wire::kMaxEachCalls)), agent);
     };
     if (count > wire::kMaxEachCalls)
         return refuse(Errc::too_large, fmt::format("a group of {} calls: at most {} calls make one group", count, wire::kMaxEachCalls));
@@ -25,7 +26,7 @@ EachFuture Client::ship_each_bytes(const Kernel& kernel, const Target& target, s
         auto c = impl_->new_call(target.id(), Kind::run);
         wire::EachResultsWriter none(0, 0);
         c->complete(std::move(none).take());
-        return EachFuture(Future(c), 0);
+        return EachFuture(Future(c), 0, std::move(agent));
     }
     // Each call's arguments at a multiple of the wire's alignment, as a single call's are.
     const auto stride = wire::each_stride(static_cast<std::uint32_t>(size));
@@ -34,7 +35,7 @@ EachFuture Client::ship_each_bytes(const Kernel& kernel, const Target& target, s
     auto c = impl_->prepare_run(kernel, target, std::move(packed), options);
     c->each = wire::Each{static_cast<std::uint32_t>(count), static_cast<std::uint32_t>(size)};
     if (!c->done.load(std::memory_order_relaxed)) impl_->submit_from_caller(c);
-    return EachFuture(Future(c), static_cast<std::uint32_t>(count));
+    return EachFuture(Future(c), static_cast<std::uint32_t>(count), std::move(agent));
 }
 
 Result<EachResults> EachFuture::get() const {
@@ -42,13 +43,14 @@ Result<EachResults> EachFuture::get() const {
     if (!bytes) return tl::make_unexpected(bytes.error());
     auto at = wire::index_each_results(*bytes, count_);
     if (!at) return tl::make_unexpected(at.error());
-    return EachResults(std::move(*bytes), std::move(*at));
+    return EachResults(std::move(*bytes), std::move(*at), agent_);
 }
 
 Result<std::span<const std::byte>> EachResults::at(std::size_t i) const {
     if (i >= at_.size()) return fail(Errc::invalid_argument, fmt::format("call {} of a group of {}", i, at_.size()));
     auto answer = wire::read_each_answer(bytes_, at_[i]);
-    if (answer.error) return fail(answer.error->code, std::string(answer.error->message));
+    if (answer.error)
+        return fail(answer.error->code, fmt::format("{}: call {} of {}: {}", agent_, i, at_.size(), answer.error->message));
     return answer.bytes;
 }
 

@@ -262,7 +262,8 @@ public:
     EachResults() = default;
     /// How many calls the group had.
     [[nodiscard]] std::size_t size() const noexcept { return at_.size(); }
-    /// Call i's result bytes (a view into this object), or the error it failed with;
+    /// Call i's result bytes (a view into this object), or the error it failed with, its
+    /// message prefixed as a single call's is ("agent HOST:PORT: call i of N: ...");
     /// invalid_argument when i is not a call of the group.
     [[nodiscard]] Result<std::span<const std::byte>> at(std::size_t i) const;
     /// Call i's result as a T: exactly sizeof(T) bytes, else invalid_argument naming both sizes.
@@ -280,10 +281,12 @@ public:
 
 private:
     friend class EachFuture;
-    EachResults(Bytes bytes, std::vector<std::uint32_t> at) : bytes_(std::move(bytes)), at_(std::move(at)) {}
+    EachResults(Bytes bytes, std::vector<std::uint32_t> at, std::string agent)
+        : bytes_(std::move(bytes)), at_(std::move(at)), agent_(std::move(agent)) {}
     static tl::unexpected<Error> wrong_size(std::size_t i, std::size_t got, std::size_t want);
     Bytes bytes_;                  // the group's RESULT, checked when made
     std::vector<std::uint32_t> at_; // where each call's answer starts in it
+    std::string agent_;             // "agent HOST:PORT", for the calls' errors
 };
 
 /// A group's answers to come (Client::ship_each).
@@ -300,9 +303,11 @@ public:
 
 private:
     friend class Client;
-    EachFuture(Future future, std::uint32_t count) : future_(std::move(future)), count_(count) {}
+    EachFuture(Future future, std::uint32_t count, std::string agent)
+        : future_(std::move(future)), count_(count), agent_(std::move(agent)) {}
     Future future_;
     std::uint32_t count_ = 0;
+    std::string agent_;
 };
 
 class Client {

@@ -105,6 +105,8 @@ TEST_CASE("a call of a group that fails, crashes or runs too long stops alone an
         REQUIRE_FALSE(failed);
         CHECK(failed.error().code == Errc::kernel_failed);
         CHECK_THAT(failed.error().message, Catch::Contains("failed with code 7: group_member was told to fail"));
+        // Named as a single call's error is: the agent, then which call of the group.
+        CHECK_THAT(failed.error().message, Catch::StartsWith(fmt::format("agent {}: call 1 of 10: ", agent.address())));
         auto crashed = r->at(3);
         REQUIRE_FALSE(crashed);
         CHECK(crashed.error().code == Errc::kernel_crashed);
