@@ -1,3 +1,6 @@
+// The wire codec: the header, and each message type decoded (decode) and encoded. RUN is
+// wire_run.cpp, the operator's control replies wire_control.cpp, a group's answers wire_each.cpp;
+// what they share, wire_codec.hpp.
 #include "wire.hpp"
 
 #include <cstring>
@@ -6,67 +9,14 @@
 #include <fmt/format.h>
 
 #include "byte_io.hpp"
+#include "wire_codec.hpp"
 
 namespace bitship::wire {
+using namespace codec;
+
 namespace {
 
 constexpr std::size_t kMaxMessageText = 64 * 1024;
-
-Encoded start(Type type, std::uint64_t id) {
-    Encoded e;
-    e.header.type = type;
-    e.header.request_id = id;
-    return e;
-}
-
-Encoded finish(Encoded e, ByteWriter&& w) {
-    e.payload = std::move(w).take();
-    e.header.payload_size = static_cast<std::uint32_t>(e.payload.size());
-    return e;
-}
-
-tl::unexpected<Error> truncated(Type t, std::string_view field) {
-    return fail(Errc::malformed_message, fmt::format("{} message: '{}' runs past the end of the payload", to_string(t), field));
-}
-
-// A list count checked against what the payload can hold at `min_size` bytes per element,
-// before anything is reserved for it.
-std::optional<std::uint32_t> count_of(ByteReader& in, std::size_t min_size) {
-    auto n = in.u32();
-    if (!n || *n > in.remaining() / min_size) return std::nullopt;
-    return n;
-}
-
-bool read_hash(ByteReader& in, CodeHash& out) {
-    auto b = in.bytes(out.size());
-    if (!b) return false;
-    std::memcpy(out.data(), b->data(), out.size());
-    return true;
-}
-
-bool read_errors(ByteReader& in, std::vector<ErrorCount>& out) {
-    auto n = count_of(in, 12);
-    if (!n) return false;
-    out.reserve(*n);
-    for (std::uint32_t i = 0; i < *n; ++i) {
-        auto code = in.u32();
-        auto count = in.u64();
-        if (!code || !count) return false;
-        out.push_back({*code, *count});
-    }
-    return true;
-}
-
-template <std::size_t N> bool read_array(ByteReader& in, std::array<std::uint8_t, N>& out) {
-    auto b = in.bytes(N);
-    if (!b) return false;
-    std::memcpy(out.data(), b->data(), N);
-    return true;
-}
-
-template <std::size_t N> void write_array(ByteWriter& w, const std::array<std::uint8_t, N>& a) {
-    w.raw(std::as_bytes(std::span(a)));
-}
 
 // WELCOME's session fields, after the capabilities in their block; absent: an older, open agent.
 Result<bool> read_session(std::span<const std::byte> rest, Welcome& w) {
@@ -90,14 +40,6 @@ Result<bool> read_session(std::span<const std::byte> rest, Welcome& w) {
     if (auto gpus = decode_gpu_details(rest.subspan(rest.size() - in.remaining()), w.caps); !gpus)
         return tl::make_unexpected(gpus.error());
     return true;
-}
-
-void write_errors(ByteWriter& w, const std::vector<ErrorCount>& errors) {
-    w.u32(static_cast<std::uint32_t>(errors.size()));
-    for (const auto& e : errors) {
-        w.u32(e.code);
-        w.u64(e.count);
-    }
 }
 
 } // namespace
@@ -189,94 +131,9 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         break;
     }
     case Type::run: {
-        Run r;
-        if (header.flags & ~(kFlagWindow | kFlagGpu | kFlagEach))
-            return fail(Errc::malformed_message, fmt::format("RUN message has unknown flags {:#06x}", header.flags));
-        if ((header.flags & kFlagEach) && (header.flags & (kFlagWindow | kFlagGpu)))
-            return fail(Errc::malformed_message, "a RUN for a group of calls uses no bulk window and runs on no GPU");
-        if (header.flags & kFlagWindow) {
-            auto args_offset = in.u64(), args_size = in.u64(), result_offset = in.u64(), result_capacity = in.u64();
-            if (!args_offset || !args_size || !result_offset || !result_capacity) return truncated(t, "window");
-            r.window = WindowUse{*args_offset, *args_size, *result_offset, *result_capacity};
-        }
-        if (header.flags & kFlagGpu) {
-            GpuLaunch g;
-            for (auto* field : {&g.grid[0], &g.grid[1], &g.grid[2], &g.block[0], &g.block[1], &g.block[2],
-                                &g.result_bytes, &g.device}) {
-                auto v = in.u32();
-                if (!v) return truncated(t, "gpu launch");
-                *field = *v;
-            }
-            r.gpu = g;
-        }
-        if (header.flags & kFlagEach) {
-            auto count = in.u32(), size = in.u32();
-            if (!count || !size) return truncated(t, "group");
-            if (*count == 0 || *count > kMaxEachCalls)
-                return fail(Errc::malformed_message,
-                            fmt::format("RUN message is a group of {} calls (1 to {} allowed)", *count, kMaxEachCalls));
-            r.each = Each{*count, *size};
-        }
-        auto hash = in.bytes(32);
-        if (!hash) return truncated(t, "hash");
-        std::memcpy(r.hash.data(), hash->data(), 32);
-        auto origin = in.u64();
-        auto budget = in.u16();
-        auto hops = in.u16();
-        auto self = in.u16();
-        if (!origin || !budget || !hops || !self) return truncated(t, "hops");
-        auto entry = in.str16();
-        if (!entry) return truncated(t, "entry");
-        auto args_size = in.u32();
-        if (!args_size || !in.align(kArgsAlignment)) return truncated(t, "args");
-        auto args = in.bytes(*args_size);
-        if (!args) return truncated(t, "args");
-        auto code = in.blob32();
-        if (!code) return truncated(t, "code");
-        auto reply_to = in.blob32();
-        if (!reply_to) return truncated(t, "reply_to");
-        auto peer_count = in.u16();
-        if (!peer_count) return truncated(t, "peers");
-        // Each peer takes at least its 2-byte length: refuse counts the payload cannot hold.
-        if (*peer_count > in.remaining() / 2) return truncated(t, "peers");
-        r.peers.reserve(*peer_count);
-        for (std::uint16_t i = 0; i < *peer_count; ++i) {
-            auto peer = in.str16();
-            if (!peer) return truncated(t, "peers");
-            r.peers.push_back(*peer);
-        }
-        if (in.remaining() != 0) { // signatures of the attached code (absent: none)
-            auto n = in.u16();
-            if (!n || *n > in.remaining() / kCodeSignatureBytes) return truncated(t, "signatures");
-            r.signatures.resize(*n);
-            for (auto& sig : r.signatures)
-                if (!read_hash(in, sig.hash) || !read_array(in, sig.signer) || !read_array(in, sig.signature))
-                    return truncated(t, "signatures");
-        }
-        if (entry->empty()) return fail(Errc::malformed_message, "RUN message names no entry point");
-        if (r.window && r.window->args_size != 0 && !args->empty())
-            return fail(Errc::malformed_message, "RUN message carries arguments both in the message and in its window");
-        if (r.each) {
-            if (!r.peers.empty() || !reply_to->empty() || *hops != 0)
-                return fail(Errc::malformed_message, "a RUN for a group of calls carries peers, a reply-to or hops: its calls cannot forward");
-            if (std::uint64_t{r.each->count} * each_stride(r.each->size) != args->size())
-                return fail(Errc::malformed_message,
-                            fmt::format("RUN message is a group of {} calls of {} bytes of arguments, which take {} bytes, not {}",
-                                        r.each->count, r.each->size,
-                                        std::uint64_t{r.each->count} * each_stride(r.each->size), args->size()));
-        }
-        if (!r.peers.empty() && *self >= r.peers.size())
-            return fail(Errc::malformed_message,
-                        fmt::format("RUN message says this agent is peer {} of {}", *self, r.peers.size()));
-        r.origin = *origin;
-        r.hop_budget = *budget;
-        r.hops = *hops;
-        r.self_index = *self;
-        r.entry = *entry;
-        r.args = *args;
-        r.code = *code;
-        r.reply_to = *reply_to;
-        m.body = std::move(r);
+        auto r = codec::decode_run(header, in);
+        if (!r) return tl::make_unexpected(r.error());
+        m.body = std::move(*r);
         break;
     }
     case Type::need_code: {
@@ -313,19 +170,15 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
     case Type::ping:
     case Type::pong: m.body = Ping{payload}; return m;
     case Type::stats: m.body = Empty{}; break;
-    case Type::stats_reply: {
-        auto count = in.u32();
-        if (!count) return truncated(t, "count");
-        StatsReply s;
-        // Each counter takes at least 10 bytes; refuse counts the payload cannot hold.
-        if (*count > in.remaining() / 10) return truncated(t, "counters");
-        for (std::uint32_t i = 0; i < *count; ++i) {
-            auto name = in.str16();
-            auto value = in.u64();
-            if (!name || !value) return truncated(t, "counters");
-            s.counters.emplace_back(*name, *value);
-        }
-        m.body = std::move(s);
+    case Type::stats_reply:
+    case Type::info_reply:
+    case Type::kernel_stats_reply:
+    case Type::cache_list_reply:
+    case Type::cache_evict:
+    case Type::ack: {
+        auto b = codec::decode_control(t, in);
+        if (!b) return tl::make_unexpected(b.error());
+        m.body = std::move(*b);
         break;
     }
     case Type::region: {
@@ -370,95 +223,6 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
     case Type::cache_list:
     case Type::drain:
     case Type::window: m.body = Empty{}; break;
-    case Type::info_reply: {
-        Fields f;
-        auto n = count_of(in, 4); // two empty str16s at least
-        if (!n) return truncated(t, "count");
-        f.fields.reserve(*n);
-        for (std::uint32_t i = 0; i < *n; ++i) {
-            auto name = in.str16();
-            auto value = in.str16();
-            if (!name || !value) return truncated(t, "fields");
-            f.fields.emplace_back(*name, *value);
-        }
-        m.body = std::move(f);
-        break;
-    }
-    case Type::kernel_stats_reply: {
-        KernelStatsReply s;
-        constexpr std::size_t kMinKernel = 32 + 2 + 9 * 8 + 4, kMinClient = 2 + 3 * 8 + 4;
-        auto kernels = count_of(in, kMinKernel);
-        if (!kernels) return truncated(t, "kernels");
-        s.kernels.reserve(*kernels);
-        for (std::uint32_t i = 0; i < *kernels; ++i) {
-            KernelStat k;
-            if (!read_hash(in, k.hash)) return truncated(t, "kernel hash");
-            auto entry = in.str16();
-            if (!entry) return truncated(t, "kernel entry");
-            k.entry = *entry;
-            for (auto* field : {&k.calls, &k.bytes_in, &k.bytes_out, &k.runs, &k.run_p50_ns, &k.run_p99_ns,
-                                &k.run_total_ns, &k.compile_ns_first, &k.compile_ns_optimised}) {
-                auto v = in.u64();
-                if (!v) return truncated(t, "kernel counters");
-                *field = *v;
-            }
-            if (!read_errors(in, k.errors)) return truncated(t, "kernel errors");
-            s.kernels.push_back(std::move(k));
-        }
-        auto clients = count_of(in, kMinClient);
-        if (!clients) return truncated(t, "clients");
-        s.clients.reserve(*clients);
-        for (std::uint32_t i = 0; i < *clients; ++i) {
-            ClientStat c;
-            auto name = in.str16();
-            auto calls = in.u64(), bytes_in = in.u64(), bytes_out = in.u64();
-            if (!name || !calls || !bytes_in || !bytes_out) return truncated(t, "client");
-            c.client = *name;
-            c.calls = *calls;
-            c.bytes_in = *bytes_in;
-            c.bytes_out = *bytes_out;
-            if (!read_errors(in, c.errors)) return truncated(t, "client errors");
-            s.clients.push_back(std::move(c));
-        }
-        m.body = std::move(s);
-        break;
-    }
-    case Type::cache_list_reply: {
-        CacheList c;
-        constexpr std::size_t kEntry = 32 + 3 * 8 + 1;
-        auto n = count_of(in, kEntry);
-        if (!n) return truncated(t, "count");
-        c.entries.reserve(*n);
-        for (std::uint32_t i = 0; i < *n; ++i) {
-            CacheEntry e;
-            if (!read_hash(in, e.hash)) return truncated(t, "hash");
-            auto mem = in.u64(), disk = in.u64(), idle = in.u64();
-            auto in_use = in.u8();
-            if (!mem || !disk || !idle || !in_use) return truncated(t, "entry");
-            if (*in_use > 1) return fail(Errc::malformed_message, "CACHE_LIST_REPLY message: in_use is neither 0 nor 1");
-            e.memory_bytes = *mem;
-            e.disk_bytes = *disk;
-            e.idle_ms = *idle;
-            e.in_use = *in_use == 1;
-            c.entries.push_back(e);
-        }
-        m.body = std::move(c);
-        break;
-    }
-    case Type::cache_evict: {
-        CacheEvict e;
-        if (!read_hash(in, e.hash)) return truncated(t, "hash");
-        m.body = e;
-        break;
-    }
-    case Type::ack: {
-        auto done = in.u8();
-        auto note = in.str16();
-        if (!done || !note) return truncated(t, "ack");
-        if (*done > 1) return fail(Errc::malformed_message, "ACK message: done is neither 0 nor 1");
-        m.body = Ack{*done == 1, *note};
-        break;
-    }
     case Type::batch: {
         // The engine opens batches; decoding one checks it holds whole messages.
         if (auto items = split_batch(payload); !items) return tl::make_unexpected(items.error());
@@ -515,56 +279,6 @@ Encoded encode_welcome(const Welcome& x) {
     block.insert(block.end(), tail.begin(), tail.end());
     w.blob32(block);
     return finish(start(Type::welcome, 0), std::move(w));
-}
-
-Encoded encode_run(std::uint64_t id, const Run& r) {
-    ByteWriter w;
-    if (r.window) {
-        w.u64(r.window->args_offset);
-        w.u64(r.window->args_size);
-        w.u64(r.window->result_offset);
-        w.u64(r.window->result_capacity);
-    }
-    if (r.gpu)
-        for (auto v : {r.gpu->grid[0], r.gpu->grid[1], r.gpu->grid[2], r.gpu->block[0], r.gpu->block[1], r.gpu->block[2],
-                       r.gpu->result_bytes, r.gpu->device})
-            w.u32(v);
-    if (r.each) {
-        w.u32(r.each->count);
-        w.u32(r.each->size);
-    }
-    std::size_t peers = 0;
-    for (auto p : r.peers) peers += 2 + p.size();
-    w.reserve(sizeof r.hash + 8 + 3 * 2 + 2 + r.entry.size() + 4 + kArgsAlignment + r.args.size() + 4 + r.code.size() + 4 +
-              r.reply_to.size() + 2 + peers + 2 + r.signatures.size() * sizeof(CodeSignature));
-    w.raw(std::as_bytes(std::span(r.hash)));
-    w.u64(r.origin);
-    w.u16(r.hop_budget);
-    w.u16(r.hops);
-    w.u16(r.self_index);
-    w.str16(r.entry);
-    w.u32(static_cast<std::uint32_t>(r.args.size()));
-    w.align(kArgsAlignment);
-    w.raw(r.args);
-    w.blob32(r.code);
-    w.blob32(r.reply_to);
-    w.u16(static_cast<std::uint16_t>(r.peers.size()));
-    for (auto p : r.peers) w.str16(p);
-    if (!r.signatures.empty()) {
-        // More than 65535 slices is not a bundle (bundles hold at most 64): the list is cut.
-        const auto n = std::min<std::size_t>(r.signatures.size(), 0xffff);
-        w.u16(static_cast<std::uint16_t>(n));
-        for (std::size_t i = 0; i < n; ++i) {
-            write_array(w, r.signatures[i].hash);
-            write_array(w, r.signatures[i].signer);
-            write_array(w, r.signatures[i].signature);
-        }
-    }
-    auto e = finish(start(Type::run, id), std::move(w));
-    if (r.window) e.header.flags |= kFlagWindow;
-    if (r.gpu) e.header.flags |= kFlagGpu;
-    if (r.each) e.header.flags |= kFlagEach;
-    return e;
 }
 
 Encoded encode_need_code(std::uint64_t id, const CodeHash& hash) {
@@ -642,16 +356,6 @@ Encoded encode_gpu_write(std::uint64_t id, const GpuWrite& x) {
     return finish(start(Type::gpu_write, id), std::move(w));
 }
 
-Encoded encode_stats_reply(std::uint64_t id, std::span<const std::pair<std::string, std::uint64_t>> counters) {
-    ByteWriter w;
-    w.u32(static_cast<std::uint32_t>(counters.size()));
-    for (const auto& [name, value] : counters) {
-        w.str16(name);
-        w.u64(value);
-    }
-    return finish(start(Type::stats_reply, id), std::move(w));
-}
-
 Encoded encode_request(Type type, std::uint64_t id) { return start(type, id); }
 
 Result<std::vector<BatchItem>> split_batch(std::span<const std::byte> payload) {
@@ -684,64 +388,6 @@ void append_to_batch(Encoded& batch, const Encoded& item) {
     batch.payload.insert(batch.payload.end(), h, h + sizeof(Header));
     batch.payload.insert(batch.payload.end(), item.payload.begin(), item.payload.end());
     batch.header.payload_size = static_cast<std::uint32_t>(batch.payload.size());
-}
-
-Encoded encode_info_reply(std::uint64_t id, const Fields& f) {
-    ByteWriter w;
-    w.u32(static_cast<std::uint32_t>(f.fields.size()));
-    for (const auto& [name, value] : f.fields) {
-        w.str16(name);
-        w.str16(value);
-    }
-    return finish(start(Type::info_reply, id), std::move(w));
-}
-
-Encoded encode_kernel_stats_reply(std::uint64_t id, const KernelStatsReply& s) {
-    ByteWriter w;
-    w.u32(static_cast<std::uint32_t>(s.kernels.size()));
-    for (const auto& k : s.kernels) {
-        w.raw(std::as_bytes(std::span(k.hash)));
-        w.str16(k.entry);
-        for (auto v : {k.calls, k.bytes_in, k.bytes_out, k.runs, k.run_p50_ns, k.run_p99_ns, k.run_total_ns,
-                       k.compile_ns_first, k.compile_ns_optimised})
-            w.u64(v);
-        write_errors(w, k.errors);
-    }
-    w.u32(static_cast<std::uint32_t>(s.clients.size()));
-    for (const auto& c : s.clients) {
-        w.str16(c.client);
-        w.u64(c.calls);
-        w.u64(c.bytes_in);
-        w.u64(c.bytes_out);
-        write_errors(w, c.errors);
-    }
-    return finish(start(Type::kernel_stats_reply, id), std::move(w));
-}
-
-Encoded encode_cache_list_reply(std::uint64_t id, const CacheList& c) {
-    ByteWriter w;
-    w.u32(static_cast<std::uint32_t>(c.entries.size()));
-    for (const auto& e : c.entries) {
-        w.raw(std::as_bytes(std::span(e.hash)));
-        w.u64(e.memory_bytes);
-        w.u64(e.disk_bytes);
-        w.u64(e.idle_ms);
-        w.u8(e.in_use ? 1 : 0);
-    }
-    return finish(start(Type::cache_list_reply, id), std::move(w));
-}
-
-Encoded encode_cache_evict(std::uint64_t id, const CodeHash& hash) {
-    ByteWriter w;
-    w.raw(std::as_bytes(std::span(hash)));
-    return finish(start(Type::cache_evict, id), std::move(w));
-}
-
-Encoded encode_ack(std::uint64_t id, bool done, std::string_view note) {
-    ByteWriter w;
-    w.u8(done ? 1 : 0);
-    w.str16(note.substr(0, 0xffff));
-    return finish(start(Type::ack, id), std::move(w));
 }
 
 Encoded encode_auth(std::uint64_t id, const Auth& a) {
