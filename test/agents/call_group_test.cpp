@@ -1,11 +1,15 @@
 // Groups of calls (Client::ship_each) through real agents: one RUN, one RESULT, every call its
 // own — its result or its error, a crash or a timeout stopping that call alone — cold code and
-// both sandbox modes, the counters and per-kernel stats counting calls, and what is refused.
+// both sandbox modes, the counters and per-kernel stats counting calls, what is refused, and a
+// drain in the middle of a group.
 
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+
 #include <array>
 #include <cstring>
+#include <thread>
 
 #include <bitship/client.hpp>
 #include <behaviour_kernels.hpp>
@@ -20,7 +24,7 @@ using bitship::test::make_client;
 
 namespace {
 
-enum What : std::uint64_t { kAnswer = 0, kFail = 1, kCrash = 2, kSpin = 3, kBytes = 4 };
+enum What : std::uint64_t { kAnswer = 0, kFail = 1, kCrash = 2, kSpin = 3, kBytes = 4, kCount = 5 };
 std::uint64_t member(What what, std::uint64_t value) { return (std::uint64_t{what} << 56) | value; }
 
 const nlohmann::json* kernel_entry(const nlohmann::json& stats, std::string_view entry) {
@@ -221,4 +225,34 @@ TEST_CASE("groups the client or the agent cannot make are refused naming why", "
     }
     // Whatever was refused, the agent serves on.
     CHECK(client.ship(behaviour_kernels::add, t, std::uint64_t{1}, std::uint64_t{1}).get_as<std::uint64_t>().value_or(0) == 2);
+}
+
+TEST_CASE("a drain answers the calls of a group not yet started as not run, and the agent exits", "[integration]") {
+    AgentProcess agent("shm", {"--workers", "1", "--kernel-timeout-ms", "20000"});
+    auto client = make_client("shm");
+    auto t = bitship::test::connect(client, agent);
+    // 200 calls of 50 million counts each: seconds of work, far more than the drain's wait.
+    const std::vector<std::uint64_t> args(200, member(kCount, 50));
+    auto group = client.ship_each(behaviour_kernels::group_member, t, args);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    auto drain = bitship::test::xctl_json(agent, "drain");
+    REQUIRE(drain["ok"] == true);
+    auto r = group.get();
+    INFO((r ? std::string() : r.error().describe()) << agent.log());
+    REQUIRE(r); // answered whole, not dropped
+    REQUIRE(r->size() == args.size());
+    CHECK(r->get_as<std::uint64_t>(0).value_or(0) == 50); // the first call ran
+    auto last = r->at(args.size() - 1);
+    REQUIRE_FALSE(last);
+    CHECK(last.error().code == Errc::shutting_down);
+    CHECK_THAT(last.error().message, Catch::Contains("not run: the agent is draining"));
+    CHECK(r->failures() < args.size());
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 1000 && done == 0; ++i) { // bounded: 10 s
+        done = waitpid(agent.pid(), &status, WNOHANG);
+        if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    REQUIRE(done == agent.pid());
+    CHECK(WIFEXITED(status));
 }

@@ -77,7 +77,8 @@ BS_KERNEL(apply) {
 
 /* A call of a group (Client::ship_each) that does what its argument's top byte says, to its low
  * 56 bits: 0 answers value + 1, 1 fails with code `value`, 2 writes through a null pointer,
- * 3 spins forever, 4 answers `value` (at most 256) bytes of 0xab. */
+ * 3 spins forever, 4 answers `value` (at most 256) bytes of 0xab, 5 counts to `value` million and
+ * answers `value` (a call that takes a while and returns). */
 BS_KERNEL(group_member) {
     size_t len;
     const uint64_t* in = (const uint64_t*)bs_args(ctx, &len);
@@ -97,6 +98,10 @@ BS_KERNEL(group_member) {
     } else if (what == 3) {
         volatile uint64_t x = 0;
         for (;;) x = x + 1;
+    } else if (what == 5) {
+        volatile uint64_t x = 0;
+        for (uint64_t i = 0; i < value * 1000000u; ++i) x = x + 1;
+        bs_reply(ctx, &value, sizeof value);
     } else {
         unsigned char bytes[256];
         size_t n = value < sizeof bytes ? (size_t)value : sizeof bytes;
