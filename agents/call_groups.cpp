@@ -3,8 +3,8 @@
 // and answer, as run_kernel makes one), and one RESULT with every call's answer. What a group
 // saves is the per-message work: one decode, one code lookup, one admission, one answer. A call
 // that runs past its budget is stopped and the calls after it are not run (each answered so):
-// a group of hung calls holds a worker for one budget, not one per call. Once the agent drains,
-// the calls not yet started are not run either.
+// a group of hung calls holds a worker for one budget, not one per call. Once the agent drains
+// or stops, the calls not yet started are not run either.
 #include "agent_impl.hpp"
 
 namespace bitship::agent {
@@ -92,10 +92,11 @@ Agent::Impl::GroupRun Agent::Impl::run_calls(const RunRequest& r, const Runnable
         if (timed_out) {
             // One hung call costs the worker one budget, not one per call of the group.
             failed = Error{Errc::kernel_timeout, fmt::format("not run: call {} of the group ran past its budget", *timed_out)};
-        } else if (draining.load(std::memory_order_relaxed)) {
-            // A drain waits for the calls in flight: the call running, not a group's thousands
-            // still to start.
-            failed = Error{Errc::shutting_down, "not run: the agent is draining"};
+        } else if (stopped.load(std::memory_order_relaxed) || draining.load(std::memory_order_relaxed)) {
+            // A drain, or a stop, waits for the calls in flight: the call running, not a
+            // group's thousands still to start.
+            failed = Error{Errc::shutting_down, stopped.load(std::memory_order_relaxed) ? "not run: the agent is shutting down"
+                                                                                         : "not run: the agent is draining"};
         } else {
             start_call(ctx);
             ctx.args = r.run.args.subspan(i * stride, each.size);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <csignal>
 #include <cstring>
 #include <thread>
 
@@ -255,4 +256,26 @@ TEST_CASE("a drain answers the calls of a group not yet started as not run, and 
     }
     REQUIRE(done == agent.pid());
     CHECK(WIFEXITED(status));
+}
+
+TEST_CASE("SIGTERM in the middle of a long group stops the agent without running the rest", "[integration]") {
+    AgentProcess agent("shm", {"--workers", "1", "--kernel-timeout-ms", "20000"});
+    auto client = make_client("shm");
+    auto t = bitship::test::connect(client, agent);
+    // 2000 calls of 50 million counts each: the better part of a minute of work here.
+    const std::vector<std::uint64_t> args(2000, member(kCount, 50));
+    auto group = client.ship_each(behaviour_kernels::group_member, t, args);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    REQUIRE(kill(agent.pid(), SIGTERM) == 0);
+    int status = 0;
+    pid_t done = 0;
+    for (int i = 0; i < 1000 && done == 0; ++i) { // bounded: 10 s, where the rest would take tens
+        done = waitpid(agent.pid(), &status, WNOHANG);
+        if (done == 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    INFO(agent.log());
+    REQUIRE(done == agent.pid());
+    CHECK(WIFEXITED(status));
+    // Answered or not (the answer races the agent's exit), the group ends: no hang.
+    CHECK(group.wait_for(std::chrono::seconds(10)));
 }
