@@ -351,43 +351,56 @@ int main(int argc, char** argv) {
                                 std::map<Strategy, std::vector<double>> samples;
                                 std::vector<double> planned;
                                 const Bytes want = o.expected(size);
+                                // Turns: every strategy and the planner, all on the same machine, in an
+                                // order shuffled each rep (the same shuffles every run). In a fixed order,
+                                // or a rotating one, each strategy always runs right after the same other
+                                // one, and pays for its aftermath (a long GET walk leaves the agent's
+                                // progress thread spinning; on two cores that slows the next kernel).
+                                // Index all.size() is the planner's turn.
+                                std::vector<std::size_t> turns;
                                 for (int r = 0; r < reps; ++r) {
-                                    // Turns: every strategy and the planner, all on the same machine, in an
-                                    // order shuffled each rep (the same shuffles every run). In a fixed
-                                    // order, or a rotating one, each strategy always runs right after the
-                                    // same other one, and pays for its aftermath (a long GET walk leaves
-                                    // the agent's progress thread spinning; on two cores that slows the
-                                    // next kernel).
-                                    std::vector<std::size_t> order(all.size() + 1); // index all.size(): the planner's
+                                    std::vector<std::size_t> order(all.size() + 1);
                                     std::iota(order.begin(), order.end(), std::size_t{0});
                                     std::mt19937 shuffle(static_cast<std::uint32_t>(r * 7919 + size));
                                     std::shuffle(order.begin(), order.end(), shuffle);
-                                    for (const std::size_t turn : order) {
-                                        const bool planners = turn == all.size();
-                                        if (cold && (planners || ships_code(all[turn]))) {
-                                            if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
-                                            // Told, or the planner takes this compile for a cached run's time: it
-                                            // would learn it as one, and count it as the owner's queue.
-                                            planner->code_evicted(o);
-                                        }
-                                        awaken(client, agents);
-                                        if (!planners) {
-                                            samples[all[turn]].push_back(run_us(*planner, o, size, all[turn], want));
-                                            continue;
-                                        }
-                                        if (r == 0) { // what it predicts before its own run teaches it anything
-                                            const auto work = o.work(size);
-                                            for (auto s : all)
-                                                p.predicted_ns[s] = estimate_ns(entry->model, s, work, !cold);
-                                        }
-                                        Strategy chosen{};
-                                        const auto t1 = Clock::now();
-                                        auto answer = planner->run(o, size, &chosen);
-                                        planned.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
-                                        if (!answer || *answer != want)
-                                            throw std::runtime_error(fmt::format("planner run of {} at {} failed", spec.name, size));
-                                        ++p.choices[chosen];
+                                    turns.insert(turns.end(), order.begin(), order.end());
+                                }
+                                {
+                                    // What it predicts before any run of this point teaches it anything.
+                                    const auto work = o.work(size);
+                                    for (auto s : all) p.predicted_ns[s] = estimate_ns(entry->model, s, work, !cold);
+                                }
+                                if (cold) {
+                                    // With cold code the strategies that ship it compile before each run of
+                                    // theirs, and a compile (the optimiser, in its own process) sweeps out the
+                                    // caches the op's data and page tables sat in. GET and native ship
+                                    // nothing, and in a real cold call nothing would compile before them: their
+                                    // runs come first, then the planner's (whose choice compiles only if it
+                                    // ships), then the shipping strategies'. Each still in shuffled turns.
+                                    auto phase = [&](std::size_t turn) { return turn == all.size() ? 1 : ships_code(all[turn]) ? 2 : 0; };
+                                    std::stable_sort(turns.begin(), turns.end(),
+                                                     [&](std::size_t a, std::size_t b) { return phase(a) < phase(b); });
+                                }
+                                for (const std::size_t turn : turns) {
+                                    const bool planners = turn == all.size();
+                                    if (cold && (planners || ships_code(all[turn]))) {
+                                        if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
+                                        // Told, or the planner takes this compile for a cached run's time: it
+                                        // would learn it as one, and count it as the owner's queue.
+                                        planner->code_evicted(o);
                                     }
+                                    awaken(client, agents);
+                                    if (!planners) {
+                                        samples[all[turn]].push_back(run_us(*planner, o, size, all[turn], want));
+                                        continue;
+                                    }
+                                    Strategy chosen{};
+                                    const auto t1 = Clock::now();
+                                    auto answer = planner->run(o, size, &chosen);
+                                    planned.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t1).count());
+                                    if (!answer || *answer != want)
+                                        throw std::runtime_error(fmt::format("planner run of {} at {} failed", spec.name, size));
+                                    ++p.choices[chosen];
                                 }
                                 for (auto s : all) p.forced[s] = bench::summarise(samples[s]);
                                 p.planned = bench::summarise(planned);
