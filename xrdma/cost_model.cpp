@@ -8,10 +8,14 @@
 
 namespace bitship::xrdma {
 
-double serial_units(const OpWork& work) noexcept {
+double serial_units(const OpWork& work, std::uint32_t lanes) noexcept {
     const bool fan_out = work.forwards == 0 && work.agents_touched > 1;
     const auto units = static_cast<double>(work.remote_units);
-    return fan_out ? std::ceil(units / work.agents_touched) : units;
+    if (!fan_out) return units;
+    // Each agent's share, times the rounds it takes when fewer agents than touched run at once.
+    const double share = std::ceil(units / work.agents_touched);
+    const std::uint32_t at_once = lanes > 0 ? std::min(lanes, work.agents_touched) : work.agents_touched;
+    return share * std::ceil(static_cast<double>(work.agents_touched) / at_once);
 }
 
 double link_ns(const LinkFigures& link, Strategy s, const OpWork& work) noexcept {
@@ -23,8 +27,8 @@ double link_ns(const LinkFigures& link, Strategy s, const OpWork& work) noexcept
 
 namespace {
 
-double units_of(Strategy s, const OpWork& work) noexcept {
-    return s == Strategy::get ? static_cast<double>(work.remote_units) : serial_units(work);
+double units_of(Strategy s, const LinkFigures& link, const OpWork& work) noexcept {
+    return s == Strategy::get ? static_cast<double>(work.remote_units) : serial_units(work, link.lanes);
 }
 
 double cold_extra(const OpModel& model, Strategy s, const OpWork& work, bool cached) noexcept {
@@ -38,7 +42,7 @@ double cold_extra(const OpModel& model, Strategy s, const OpWork& work, bool cac
 
 double estimate_ns(const OpModel& model, Strategy s, const OpWork& work, bool cached, double queue_wait_ns) noexcept {
     const auto& f = model.fits[index_of(s)];
-    double ns = link_ns(model.link, s, work) + f.fixed_ns + units_of(s, work) * f.per_unit_ns + cold_extra(model, s, work, cached);
+    double ns = link_ns(model.link, s, work) + f.fixed_ns + units_of(s, model.link, work) * f.per_unit_ns + cold_extra(model, s, work, cached);
     if (s != Strategy::get) ns += queue_wait_ns;
     return std::max(ns, 0.0);
 }
@@ -53,7 +57,7 @@ std::string format_ns(double ns) {
 Estimate explain(const OpModel& model, Strategy s, const OpWork& work, bool cached, double queue_wait_ns) {
     Estimate e{s, estimate_ns(model, s, work, cached, queue_wait_ns), {}};
     const auto& f = model.fits[index_of(s)];
-    const auto units = static_cast<std::uint64_t>(units_of(s, work));
+    const auto units = static_cast<std::uint64_t>(units_of(s, model.link, work));
     if (s == Strategy::get) {
         e.terms = fmt::format("{} × {}", work.dependent_gets, format_ns(model.link.get_ns));
         if (work.get_bytes > 0 && model.link.get_ns_per_byte > 0)
@@ -88,7 +92,7 @@ StrategyFit fit(const Op& op, const LinkFigures& link, Strategy s, std::span<con
         const auto work = op.work(smp.size);
         least_latency = std::min(least_latency, link_latency_ns(link, s, work));
         const double w = 1.0 / (smp.ns * smp.ns);
-        const double x = units_of(s, work);
+        const double x = units_of(s, link, work);
         const double y = smp.ns - link_ns(link, s, work);
         sw += w;
         sx += w * x;

@@ -13,7 +13,8 @@
 //   reship   as shipped, plus a round trip here for every crossing to another agent (where
 //            shipped pays an agent-to-agent forward inside its per-unit cost)
 //
-// A fan-out (work spread over several agents with no forwards) costs its largest share.
+// A fan-out (work spread over several agents with no forwards) costs its largest share, and
+// where agents share a host's cores (LinkFigures::lanes), the shares of those that wait.
 
 #include <array>
 #include <cstdint>
@@ -65,8 +66,8 @@ struct Estimate {
 };
 
 /// Units the agents work through one after another: all of a walk, the largest share of a
-/// fan-out.
-[[nodiscard]] double serial_units(const OpWork& work) noexcept;
+/// fan-out over the agents that can run at once (`lanes`, LinkFigures::lanes; 0: every agent).
+[[nodiscard]] double serial_units(const OpWork& work, std::uint32_t lanes = 0) noexcept;
 
 /// The link terms alone (what a fit is fitted beyond).
 [[nodiscard]] double link_ns(const LinkFigures& link, Strategy s, const OpWork& work) noexcept;

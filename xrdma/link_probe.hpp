@@ -26,6 +26,10 @@ struct LinkFigures {
     std::size_t small_gets = 0;
     std::size_t bulk_gets = 0;
     std::uint32_t bulk_bytes = 0; ///< the size of each bulk GET
+    /// How many of the planner's agents can compute at once: agents on one host share its cores
+    /// (4 agents on a 2-core host: 2). 0: each agent on cores of its own. Not probed: the planner
+    /// works it out from the agents' WELCOME (their address and cores), and not kept in wisdom.
+    std::uint32_t lanes = 0;
 };
 
 /// Measures a link within `budget` (default 5 ms) using `region` of the target for the GETs

@@ -263,7 +263,23 @@ struct Planner::Impl {
             l.get_ns_per_byte = std::min(l.get_ns_per_byte, figures->get_ns_per_byte);
         }
         link = combined(links);
+        link.lanes = lanes_of(agents);
         return {};
+    }
+
+    /// How many agents can compute at once (LinkFigures::lanes): on each host, as many as it
+    /// has cores (WELCOME's); 0 when that is every agent.
+    static std::uint32_t lanes_of(const std::vector<Target>& agents) {
+        std::map<std::string_view, std::pair<std::uint32_t, std::uint32_t>> hosts; // host: agents, cores
+        for (const auto& a : agents) {
+            const std::string_view address = a.info().address;
+            auto& [count, cores] = hosts[address.substr(0, address.rfind(':'))];
+            ++count;
+            cores = std::max(cores, a.info().cores);
+        }
+        std::uint32_t lanes = 0;
+        for (const auto& [host, h] : hosts) lanes += h.second > 0 ? std::min(h.first, h.second) : h.first;
+        return lanes >= agents.size() ? 0 : lanes;
     }
 
     /// The agents' figures as one link: their mean (a walk visits them alike; a fan-out waits
@@ -541,6 +557,7 @@ Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
     while (im.probes < kProbes && !(usable && link_matches(kept->probed, im.link, im.options.drift))) (void)im.probe_all();
     if (kept != nullptr && same_range && link_matches(kept->probed, im.link, im.options.drift)) {
         st.entry = *kept;
+        st.entry.probed.lanes = st.entry.model.link.lanes = im.link.lanes; // not kept: today's agents'
         ++im.stats.wisdom_hits;
         im.ops[&op] = std::move(st);
         return {};

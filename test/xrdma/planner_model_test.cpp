@@ -74,6 +74,27 @@ TEST_CASE("a fit recovers the per-unit and fixed costs of timed runs beyond the 
     CHECK(f.fixed_ns == Approx(500).epsilon(1e-6));
 }
 
+TEST_CASE("a fan-out over agents that share a host's cores costs the shares that wait their turn", "[unit]") {
+    // 4000 items over 4 agents, no forwards: 1000 each.
+    OpWork w{1, 8 * 4000, 4000, 0, 8, 4};
+    CHECK(serial_units(w) == 1000);    // each agent on cores of its own: one share
+    CHECK(serial_units(w, 0) == 1000);
+    CHECK(serial_units(w, 4) == 1000);
+    CHECK(serial_units(w, 8) == 1000);
+    CHECK(serial_units(w, 2) == 2000); // 4 agents, 2 at once: two shares one after the other
+    CHECK(serial_units(w, 3) == 2000);
+    CHECK(serial_units(w, 1) == 4000);
+    // A walk is serial whatever the lanes.
+    OpWork walk{100, 1600, 100, 75, 16, 4};
+    CHECK(serial_units(walk, 2) == 100);
+    // The estimate follows: native's per-unit term doubles on two lanes.
+    auto model = tcp_like();
+    const double apart = estimate_ns(model, Strategy::native, w, true);
+    model.link.lanes = 2;
+    const double shared = estimate_ns(model, Strategy::native, w, true);
+    CHECK(shared - apart == Approx(1000 * model.fits[index_of(Strategy::native)].per_unit_ns));
+}
+
 TEST_CASE("a GET cheaper in the runs than in the probe is fitted down, and still never costs nothing", "[unit]") {
     // A reduce's shape: its chunks' GETs all in flight at once (one dependent GET), bytes
     // growing with the size. The probe's GET took 11 µs; in the runs the GET part took 8 µs.
