@@ -247,7 +247,8 @@ int main(int argc, char** argv) {
                "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
                "  busy = a second client keeps every worker running a {}-turn kernel; agents: 1 worker each;\n"
                "  every answer checked against the op's own; each timed run starts with the agents awake (an empty native call each);\n"
-               "  each rep runs every strategy and the planner in turn, in an order shuffled each rep;\n"
+               "  each rep runs every strategy and the planner in turn, in an order shuffled each rep (cold code: GET and\n"
+               "  native first, then the planner, then the strategies that compile, so a compile's cache sweep is theirs);\n"
                "  progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
                fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves, cfg.burn_turns, cfg.progress, cfg.wisdom);

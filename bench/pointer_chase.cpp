@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
     fmt::print("pointer_chase: {} | progress {} (client and agents) | each agent: 1 progress + 1 worker thread;\n"
                "  all processes share the machine's cores (no pinning) | 2^{} nodes/agent ({} MiB region), random sharding, seed {}\n"
                "  strategies take turns, each from a fresh random start of its own; {}..{} reps or {:.2f} s of chasing per row;\n"
-               "  every answer checked against a local walk\n"
+               "  every answer checked against a local walk (after its row: between timed chases it would evict the region's page tables)\n"
                "  shm regions: {} (without either, 4 KiB pages)\n\n",
                bench::cpu_description(), cfg.progress, cfg.log2_nodes, nodes * 16 >> 20, cfg.seed, cfg.min_reps, cfg.max_reps,
                cfg.row_seconds, shared_huge_pages());
