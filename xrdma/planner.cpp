@@ -232,7 +232,12 @@ struct Planner::Impl {
         if (auto saved = wisdom->save(); !saved) spdlog::warn("planner: {}", saved.error().describe());
     }
     ~Impl() {
-        if (wisdom && wisdom_dirty) save_wisdom();
+        if (!wisdom || !wisdom_dirty) return;
+        try {
+            save_wisdom();
+        } catch (const std::exception& e) { // a destructor must not throw: the refits are lost, said so
+            spdlog::warn("planner: the wisdom's last refits were not written: {}", e.what());
+        }
     }
 
     static void push_sample(std::vector<Sample>& v, Sample s) {
