@@ -227,16 +227,11 @@ TEST_CASE("xctl drain: new calls are refused, the call in flight finishes, then 
     auto finished = in_flight.get();
     REQUIRE_FALSE(finished);
     CHECK(finished.error().code == Errc::kernel_timeout); // answered, not dropped
-    int status = 0;
-    pid_t done = 0;
-    for (int i = 0; i < 1000 && done == 0; ++i) { // bounded: 10 s
-        done = waitpid(agent.pid(), &status, WNOHANG);
-        if (done == 0) std::this_thread::sleep_for(10ms);
-    }
+    auto status = bitship::test::wait_for_exit(agent);
     INFO(agent.log());
-    REQUIRE(done == agent.pid());
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) == 0);
+    REQUIRE(status);
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 0);
     CHECK_THAT(agent.log(), Catch::Contains("drained"));
 }
 

@@ -1,6 +1,6 @@
 #pragma once
 // Helpers the agent integration tests share: a client for loopback agents, an agent's counters,
-// and xctl run as an operator would.
+// xctl run as an operator would, and waiting for an agent to exit.
 
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -79,6 +81,18 @@ inline nlohmann::json xctl_json(const launch::AgentProcess& agent, const std::st
     REQUIRE(j.size() == 1);
     j[0]["exit_status"] = out.status;
     return j[0];
+}
+
+/// Waits up to `bound` for `agent`'s process to end: its status as waitpid gives it, or nullopt
+/// when it is still running.
+inline std::optional<int> wait_for_exit(const launch::AgentProcess& agent, std::chrono::milliseconds bound = std::chrono::seconds(10)) {
+    const auto until = std::chrono::steady_clock::now() + bound;
+    int status = 0;
+    for (;;) {
+        if (waitpid(agent.pid(), &status, WNOHANG) == agent.pid()) return status;
+        if (std::chrono::steady_clock::now() >= until) return std::nullopt;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
 }
 
 } // namespace bitship::test
