@@ -139,6 +139,14 @@ void Agent::Impl::on_message(Incoming&& in) {
     case wire::Type::gpu_read:
     case wire::Type::gpu_write: on_gpu_transfer(std::move(in), conn, *msg); return;
     case wire::Type::window: {
+        // A window is for calls to come: none once the agent is going. (It would also be
+        // shared memory the client maps just as this process exits and the kernel removes it;
+        // UCX 1.13 crashes when an rkey of such memory fails to unpack.)
+        if (draining.load(std::memory_order_relaxed) || stopped.load(std::memory_order_relaxed)) {
+            reply_error(in.ep, conn, in.header.request_id,
+                        Error{Errc::shutting_down, "agent is draining: it opens no bulk window"});
+            return;
+        }
         auto w = windows->open(conn);
         if (!w) {
             reply_error(in.ep, conn, in.header.request_id, w.error());

@@ -174,8 +174,9 @@ void Client::Impl::on_message(Incoming&& in) {
     case wire::Type::result: {
         pending.erase(it);
         const auto& res = std::get<wire::ResultMsg>(msg->body);
-        // A session asks for its window with its first bulk call or result (ask_window).
-        if (!res.window && in.payload.size() >= kWindowResultMin) ask_window(*p);
+        // A session asks for its window with its first bulk call or result (ask_window); a
+        // group's answers never go through one.
+        if (!res.window && !c->each && in.payload.size() >= kWindowResultMin) ask_window(*p);
         Result<Bytes> bytes = res.window ? window_result(*p, *c, *res.window) : Result<Bytes>(std::move(in.payload));
         give_back_slot(*p, *c);
         c->complete(std::move(bytes));
