@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <thread>
 
 #include <bitship/client.hpp>
 #include <behaviour_kernels.hpp>
@@ -163,4 +164,31 @@ TEST_CASE("a RUN that misuses a bulk window is refused, naming what was wrong", 
     auto t = client.connect(agent.address());
     REQUIRE(t);
     CHECK(echo_sizes(client, *t, {1 << 20}) == 1);
+}
+
+TEST_CASE("a draining agent opens no bulk window: it is going, and the window's shared memory with it", "[integration]") {
+    AgentProcess agent("shm", {"--workers", "1", "--kernel-timeout-ms", "2000"});
+    {
+        RawPeer before("shm", agent.port());
+        before.send(wire::encode_request(wire::Type::window, 5));
+        REQUIRE(before.wait(wire::Type::region_info, 5)); // a window, while the agent serves
+    }
+    auto client = make_client("shm");
+    auto t = bitship::test::connect(client, agent);
+    auto in_flight = client.ship(behaviour_kernels::spin_forever, t); // holds the drain up to its 2 s budget
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    REQUIRE(bitship::test::xctl_json(agent, "drain")["ok"] == true);
+    RawPeer after("shm", agent.port());
+    after.send(wire::encode_request(wire::Type::window, 6));
+    auto refused = after.wait(wire::Type::error, 6);
+    INFO(agent.log());
+    REQUIRE(refused);
+    auto m = wire::decode(refused->header, refused->payload);
+    REQUIRE(m);
+    const auto& e = std::get<wire::ErrorMsg>(m->body);
+    CHECK(e.code == Errc::shutting_down);
+    CHECK_THAT(std::string(e.message), Catch::Contains("opens no bulk window"));
+    auto finished = in_flight.get();
+    REQUIRE_FALSE(finished);
+    CHECK(finished.error().code == Errc::kernel_timeout); // answered, not dropped
 }
