@@ -55,6 +55,7 @@
 //     modules were loaded, for tests that open the library in their own process.
 
 #include "cuda_api.hpp"
+#include "fake_gpu.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -114,53 +115,16 @@ struct CUctx_st {
 
 namespace {
 
-// CUresult values the agent does not name.
-constexpr CUresult kErrorNotInitialized = 3;            // CUDA_ERROR_NOT_INITIALIZED
-constexpr CUresult kErrorInvalidContext = 201;          // CUDA_ERROR_INVALID_CONTEXT
-constexpr CUresult kErrorInvalidPtx = 218;              // CUDA_ERROR_INVALID_PTX
-constexpr CUresult kErrorInvalidHandle = 400;           // CUDA_ERROR_INVALID_HANDLE
-constexpr CUresult kErrorContextIsDestroyed = 709;      // CUDA_ERROR_CONTEXT_IS_DESTROYED
-constexpr CUresult kErrorHostMemoryNotRegistered = 713; // CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
-
-struct ErrorText {
-    CUresult code;
-    const char* name;
-    const char* text;
-};
-constexpr ErrorText kErrors[] = {
-    {cuda::kSuccess, "CUDA_SUCCESS", "no error"},
-    {cuda::kErrorInvalidValue, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
-    {cuda::kErrorOutOfMemory, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
-    {kErrorNotInitialized, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
-    {cuda::kErrorInvalidDevice, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
-    {kErrorInvalidContext, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
-    {kErrorInvalidPtx, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
-    {kErrorInvalidHandle, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
-    {cuda::kErrorNotFound, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
-    {cuda::kErrorNotReady, "CUDA_ERROR_NOT_READY", "device not ready"},
-    {cuda::kErrorIllegalAddress, "CUDA_ERROR_ILLEGAL_ADDRESS",
-     "an illegal memory access was encountered"},
-    {kErrorContextIsDestroyed, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
-    {cuda::kErrorHostMemoryAlreadyRegistered, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
-     "part or all of the requested memory range is already mapped"},
-    {kErrorHostMemoryNotRegistered, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED",
-     "pointer does not correspond to a registered memory region"},
-    {cuda::kErrorLaunchFailed, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
-};
+namespace fake_gpu = bitship::test::fake_gpu;
+using namespace fake_gpu; // the GPU's limits and the error names
 
 // The device.
 constexpr int kDriverVersion = 13000;
 constexpr int kDeviceCount = 1;
 constexpr const char* kName = "Fake GPU (bitship tests)";
 constexpr const char* kBusId = "0000:00:00.0";
-constexpr int kCcMajor = 9;
-constexpr int kCcMinor = 0;
 constexpr unsigned kSm = kCcMajor * 10 + kCcMinor;
-constexpr int kMultiprocessors = 132;
 constexpr std::size_t kMemoryBytes = std::size_t{1} << 30;
-constexpr unsigned kMaxThreadsPerBlock = 1024;
-constexpr unsigned kMaxBlock[3] = {1024, 1024, 64};
-constexpr unsigned kMaxGrid[3] = {2147483647u, 65535, 65535};
 constexpr unsigned kMaxSharedBytes = 48u << 10;
 constexpr std::size_t kAllocationAlignment = 256;
 constexpr unsigned kKnownHostRegisterFlags = 0x0f; // PORTABLE, DEVICEMAP, IOMEMORY, READ_ONLY
@@ -439,24 +403,16 @@ FAKE_CUDA_EXPORT CUresult cuDriverGetVersion(int* version) {
 
 FAKE_CUDA_EXPORT CUresult cuGetErrorName(CUresult error, const char** name) {
     if (name == nullptr) return cuda::kErrorInvalidValue;
-    for (const auto& e : kErrors)
-        if (e.code == error) {
-            *name = e.name;
-            return cuda::kSuccess;
-        }
-    *name = nullptr;
-    return cuda::kErrorInvalidValue;
+    const ErrorText* e = error_text(error);
+    *name = e ? e->name : nullptr;
+    return e ? cuda::kSuccess : cuda::kErrorInvalidValue;
 }
 
 FAKE_CUDA_EXPORT CUresult cuGetErrorString(CUresult error, const char** text) {
     if (text == nullptr) return cuda::kErrorInvalidValue;
-    for (const auto& e : kErrors)
-        if (e.code == error) {
-            *text = e.text;
-            return cuda::kSuccess;
-        }
-    *text = nullptr;
-    return cuda::kErrorInvalidValue;
+    const ErrorText* e = error_text(error);
+    *text = e ? e->text : nullptr;
+    return e ? cuda::kSuccess : cuda::kErrorInvalidValue;
 }
 
 // Devices.
@@ -507,41 +463,8 @@ FAKE_CUDA_EXPORT CUresult cuDeviceGetPCIBusId(char* bus_id, int length, CUdevice
 FAKE_CUDA_EXPORT CUresult cuDeviceGetAttribute(int* value, int attribute, CUdevice device) {
     if (value == nullptr) return cuda::kErrorInvalidValue;
     if (CUresult r = check_device(device); r != cuda::kSuccess) return r;
-    switch (attribute) {
-    case cuda::kAttrMaxThreadsPerBlock:
-        *value = kMaxThreadsPerBlock;
-        break;
-    case cuda::kAttrMaxBlockDimX:
-        *value = static_cast<int>(kMaxBlock[0]);
-        break;
-    case cuda::kAttrMaxBlockDimY:
-        *value = static_cast<int>(kMaxBlock[1]);
-        break;
-    case cuda::kAttrMaxBlockDimZ:
-        *value = static_cast<int>(kMaxBlock[2]);
-        break;
-    case cuda::kAttrMaxGridDimX:
-        *value = static_cast<int>(kMaxGrid[0]);
-        break;
-    case cuda::kAttrMaxGridDimY:
-        *value = static_cast<int>(kMaxGrid[1]);
-        break;
-    case cuda::kAttrMaxGridDimZ:
-        *value = static_cast<int>(kMaxGrid[2]);
-        break;
-    case cuda::kAttrMultiprocessorCount:
-        *value = kMultiprocessors;
-        break;
-    case cuda::kAttrComputeCapabilityMajor:
-        *value = kCcMajor;
-        break;
-    case cuda::kAttrComputeCapabilityMinor:
-        *value = kCcMinor;
-        break;
-    default:
-        return cuda::kErrorInvalidValue; // the fake knows only what the agent asks
-    }
-    return cuda::kSuccess;
+    // The fake knows only what the agent asks.
+    return fake_gpu::attribute(attribute, *value) ? cuda::kSuccess : cuda::kErrorInvalidValue;
 }
 
 FAKE_CUDA_EXPORT CUresult cuDeviceTotalMem_v2(std::size_t* bytes, CUdevice device) {
