@@ -1,9 +1,10 @@
 // planner: the placement planner against an oracle. For every operation (chase, reduce,
 // filter, lookup) the planner is given its size range and calibrates (or reads its wisdom);
 // then, at sizes over seven octaves around each predicted crossover, with the code cold or
-// cached, the agents idle or busy (a background client keeping their workers busy), over TCP
-// and shared memory, on 1 and 4 agents, every strategy is run forced (the oracle is the
-// fastest median) and the planner's own choice is run. Printed, written as CSV, plotted per op.
+// cached, the agents idle or busy (a background client keeping the first agent's worker busy,
+// or more agents' with --busy-agents), over TCP and shared memory, on 1 and 4 agents, every
+// strategy is run forced (the oracle is the fastest median) and the planner's own choice is
+// run. Printed, written as CSV, plotted per op.
 //
 // Judged (the targets): the choice within 1.05× of the oracle at ≥ 95% of points;
 // regret (chosen ÷ oracle) geometric mean ≤ 1.03, worst ≤ 1.5; predicted crossovers within half
@@ -54,6 +55,7 @@ struct Config {
     int cold_reps = 3;
     int octaves = 3; ///< each side of a crossover
     std::uint64_t burn_turns = 200'000;
+    unsigned busy_agents = 1; ///< how many agents (the first ones) carry the load; 0: all
     std::string csv = "planner.csv";
     std::string png_prefix;
     std::string wisdom;
@@ -223,6 +225,9 @@ int main(int argc, char** argv) {
     app.add_option("--cold-reps", cfg.cold_reps, "timed runs per strategy per point (cold code)")->capture_default_str();
     app.add_option("--octaves", cfg.octaves, "octaves each side of a crossover")->capture_default_str();
     app.add_option("--burn-turns", cfg.burn_turns, "the background load's kernel length (multiply-adds)")->capture_default_str();
+    app.add_option("--busy-agents", cfg.busy_agents,
+                   "busy points: how many agents carry the background load (the first ones; 0: all)")
+        ->capture_default_str();
     app.add_option("--csv", cfg.csv, "write the grid here")->capture_default_str();
     app.add_option("--png", cfg.png_prefix, "plot each op to PREFIX-<op>.png (bench/plot_planner.sh, gnuplot)");
     app.add_option("--wisdom", cfg.wisdom, "the planner's wisdom file (default: a fresh one in a temporary directory)");
@@ -245,13 +250,15 @@ int main(int argc, char** argv) {
     if (cfg.wisdom.empty()) cfg.wisdom = (tmp / "planner.wisdom").string();
     fmt::print("planner: {} | ops {} | transports {} | agents {} | code {} | load {}\n"
                "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
-               "  busy = a second client keeps every worker running a {}-turn kernel; agents: 1 worker each;\n"
+               "  busy = a second client keeps the worker of {} running a {}-turn kernel; agents: 1 worker each;\n"
                "  every answer checked against the op's own; each timed run starts with the agents awake (an empty native call each);\n"
                "  each rep runs every strategy and the planner in turn, in an order shuffled each rep (cold code: GET and\n"
                "  native first, then the planner, then the strategies that compile, so a compile's cache sweep is theirs);\n"
                "  progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
-               fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves, cfg.burn_turns, cfg.progress, cfg.wisdom);
+               fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves,
+               cfg.busy_agents == 0 ? std::string("every agent") : fmt::format("the first {} agent(s)", cfg.busy_agents),
+               cfg.burn_turns, cfg.progress, cfg.wisdom);
     fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10} {:>10} {:>10} {:>10} | {:>10} {:<7} {:<7} {:>6}\n", "op", "tl", "n",
                "code", "load", "size", "get us", "native us", "xrdma us", "reship us", "planner us", "oracle", "choice", "regret");
 
@@ -333,7 +340,9 @@ int main(int argc, char** argv) {
                         for (const auto& load : cfg.loads) {
                             std::unique_ptr<BackgroundLoad> bg;
                             if (load == "busy") {
-                                bg = std::make_unique<BackgroundLoad>(client_options(transport), addresses, 2,
+                                const auto loaded = cfg.busy_agents == 0 ? addresses.size() : std::min<std::size_t>(cfg.busy_agents, addresses.size());
+                                bg = std::make_unique<BackgroundLoad>(client_options(transport),
+                                                                      std::vector(addresses.begin(), addresses.begin() + loaded), 2,
                                                                       [turns = cfg.burn_turns](Client& c, const Target& t) {
                                     return c.ship(planner_load_kernels::burn, t, turns);
                                 });
