@@ -56,6 +56,7 @@ struct Config {
     int octaves = 3; ///< each side of a crossover
     std::uint64_t burn_turns = 200'000;
     unsigned busy_agents = 1; ///< how many agents (the first ones) carry the load; 0: all
+    bool explain = false;     ///< print the plan's reason at each point
     std::string csv = "planner.csv";
     std::string png_prefix;
     std::string wisdom;
@@ -225,6 +226,7 @@ int main(int argc, char** argv) {
     app.add_option("--cold-reps", cfg.cold_reps, "timed runs per strategy per point (cold code)")->capture_default_str();
     app.add_option("--octaves", cfg.octaves, "octaves each side of a crossover")->capture_default_str();
     app.add_option("--burn-turns", cfg.burn_turns, "the background load's kernel length (multiply-adds)")->capture_default_str();
+    app.add_flag("--explain", cfg.explain, "print the planner's reason for its first run at each point");
     app.add_option("--busy-agents", cfg.busy_agents,
                    "busy points: how many agents carry the background load (the first ones; 0: all)")
         ->capture_default_str();
@@ -403,6 +405,9 @@ int main(int argc, char** argv) {
                                     if (!planners) {
                                         samples[all[turn]].push_back(run_us(*planner, o, size, all[turn], want));
                                         continue;
+                                    }
+                                    if (cfg.explain && planned.empty()) {
+                                        if (auto plan = planner->plan(o, size)) fmt::print("   plan at {}: {}\n", size, plan->reason);
                                     }
                                     Strategy chosen{};
                                     const auto t1 = Clock::now();

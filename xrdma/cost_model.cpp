@@ -54,6 +54,14 @@ std::string format_ns(double ns) {
     return fmt::format("{:.3g} ns", ns);
 }
 
+namespace {
+/// The fitted fixed cost, where it is worth a word: a term the sum would otherwise hide.
+std::string fixed_term(double fixed_ns) {
+    if (std::abs(fixed_ns) < 100) return {};
+    return fmt::format(" {} fixed {}", fixed_ns < 0 ? "−" : "+", format_ns(std::abs(fixed_ns)));
+}
+} // namespace
+
 Estimate explain(const OpModel& model, Strategy s, const OpWork& work, bool cached, double queue_wait_ns) {
     Estimate e{s, estimate_ns(model, s, work, cached, queue_wait_ns), {}};
     const auto& f = model.fits[index_of(s)];
@@ -63,11 +71,13 @@ Estimate explain(const OpModel& model, Strategy s, const OpWork& work, bool cach
         if (work.get_bytes > 0 && model.link.get_ns_per_byte > 0)
             e.terms += fmt::format(" + {} B × {:.3g} ns/B", work.get_bytes, model.link.get_ns_per_byte);
         if (std::abs(f.per_unit_ns) > 0.05) e.terms += fmt::format(" + {} × {} here", units, format_ns(f.per_unit_ns));
+        e.terms += fixed_term(f.fixed_ns);
         return e;
     }
     const std::string trips = s == Strategy::reship ? fmt::format("{} × ", 1 + work.forwards) : "";
     e.terms = fmt::format("{}{}rtt {} + {} × {}", ships_code(s) ? (cached ? "cached; " : "cold; ") : "", trips,
                           format_ns(model.link.rtt_ns), units, format_ns(f.per_unit_ns));
+    e.terms += fixed_term(f.fixed_ns);
     if (const double cold = cold_extra(model, s, work, cached); cold > 0) e.terms += fmt::format(" + code {}", format_ns(cold));
     if (queue_wait_ns > 0) e.terms += fmt::format(" + queue {}", format_ns(queue_wait_ns));
     return e;

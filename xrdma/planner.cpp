@@ -27,9 +27,12 @@ constexpr auto kTierUpPoll = std::chrono::milliseconds(2);
 constexpr std::uint64_t kTierUpFactor = 8;
 constexpr std::uint8_t kCacheEvictType = 19; // wire::Type::cache_evict
 constexpr int kProbes = 4;
-/// Remote runs within load_fresh needed before their lateness counts as a queue; runs kept.
+/// Remote runs within load_fresh needed before their lateness counts as a queue, and the runs
+/// kept: only the newest count, so a queue that has gone is forgotten after two runs on time
+/// (kept twice as many, an upper median of six let three late runs from a load that had ended
+/// push the next calls back for the whole load_fresh window).
 constexpr std::size_t kLateRuns = 3;
-constexpr std::size_t kLateKept = 2 * kLateRuns;
+constexpr std::size_t kLateKept = kLateRuns;
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -476,14 +479,17 @@ struct Planner::Impl {
         if (predicted > 0) rec.ratio.add(actual_ns / predicted);
         if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
         // Looked at every 8 runs: a median costs a sort.
-        if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, owner_full, actual_ns);
+        // Runs while the owner is late (a queue it did not report) teach the model no more than
+        // runs it reported full: their time is the queue's.
+        const bool queued = owner_full;
+        if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, queued, actual_ns);
         const bool slow = rec.ratio.count() >= options.slow_window && rec.ratio.p50() >= options.slow_factor;
         if (slow && !rec.flagged) ++stats.slow_flags;
         if (slow && !rec.flagged)
             spdlog::warn("planner: agent {} runs {:.2f}× slower than predicted (median of its last {} runs)",
                          agents.front().info().address, rec.ratio.p50(), std::min<std::size_t>(rec.ratio.count(), 64));
         rec.flagged = slow;
-        learn(st, size, s, cached_before, owner_full, actual_ns);
+        learn(st, size, s, cached_before, queued, actual_ns);
     }
 
     /// Only unloaded, cached runs teach the model.
