@@ -4,6 +4,7 @@
 
 #include <sched.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -83,4 +84,56 @@ TEST_CASE("CoreSharing moves after kSharedYields shared yields in a row, at most
         cpu_set_t after = affinity();
         CHECK(CPU_EQUAL(&mask, &after));
     });
+}
+
+TEST_CASE("two threads that poll for each other from one core end up on two cores") {
+    // The pair of an agent's leader and a client's caller, as two threads: each waits for its
+    // turn polling, yields its core after 2 µs idle (Engine::kYieldAfter), and tells CoreSharing
+    // how long the yield kept it off its core. Both start on one core (a mask of one, widened
+    // once they run); on one core a round trip costs 8-11 µs on the 2-core test VM.
+    const cpu_set_t mask = affinity();
+    if (CPU_COUNT(&mask) < 2) {
+        WARN("not checked: one core");
+        return;
+    }
+    int first = -1;
+    for (int c = 0; c < CPU_SETSIZE && first < 0; ++c)
+        if (CPU_ISSET(c, &mask)) first = c;
+    std::atomic<int> turn{0};
+    std::atomic<int> ready{0};
+    std::atomic<bool> widen{false};
+    std::atomic<int> cpu[2] = {-1, -1};
+    constexpr int kRoundTrips = 20'000;
+    auto player = [&](int me) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(first, &one);
+        REQUIRE(::sched_setaffinity(0, sizeof one, &one) == 0);
+        ready.fetch_add(1);
+        while (!widen.load()) std::this_thread::yield();
+        REQUIRE(::sched_setaffinity(0, sizeof mask, &mask) == 0); // where it is: still `first`
+        CoreSharing sharing;
+        for (int i = 0; i < kRoundTrips; ++i) {
+            auto idle_since = std::chrono::steady_clock::now();
+            while (turn.load(std::memory_order_acquire) != me) {
+                const auto now = std::chrono::steady_clock::now();
+                if (now - idle_since < 2us) continue;
+                ::sched_yield();
+                const auto back = std::chrono::steady_clock::now();
+                (void)sharing.yielded(back - now, back);
+                idle_since = back;
+            }
+            turn.store(1 - me, std::memory_order_release);
+        }
+        cpu[me] = ::sched_getcpu();
+    };
+    std::thread a(player, 0), b(player, 1);
+    while (ready.load() < 2) std::this_thread::yield();
+    widen = true;
+    const auto start = std::chrono::steady_clock::now();
+    a.join();
+    b.join();
+    const auto took = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    INFO("ended on cores " << cpu[0] << " and " << cpu[1] << ", " << took / kRoundTrips << " µs a round trip on average");
+    CHECK(cpu[0] != cpu[1]);
 }

@@ -1,0 +1,105 @@
+// after_idle: what the calls of a short burst cost after an idle spell. ship_latency reports the
+// first call after a spell (it pays the wake-ups); this shows the calls right after it too. On
+// a host with few cores, the woken agent thread is put on its waker's core, beside the caller
+// that polls for its answer: until one of the two moves (core_sharing.hpp: after kSharedYields
+// shared yields in a row), each round trip hands the core back and forth, 6 µs a turn
+// (`perf sched timehist` on the 2-core test VM: 9 µs a call over shared memory, not 1). A
+// burst shorter than that count may never move.
+//
+// For each idle gap: the gap (the caller sleeps), then `--burst` cached ships of an empty
+// kernel back to back, each timed; `--reps` bursts. Prints the median and p90 of each call of
+// the burst, writes CSV.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <bench_kernels.hpp>
+#include <bitship/client.hpp>
+
+#include "launcher.hpp"
+#include "stats.hpp"
+
+using namespace bitship;
+using Clock = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+    CLI::App app{"The calls of a short burst after an idle spell: each call's latency against the spell"};
+    std::vector<std::string> transports{"shm", "tcp"};
+    std::vector<int> gaps_us{0, 100, 400, 1000, 5000};
+    int burst = 4;
+    int reps = 300;
+    std::string progress = "spin-then-block";
+    std::string csv;
+    app.add_option("--transport", transports, "transports to measure")->capture_default_str();
+    app.add_option("--gap-us", gaps_us, "idle spells before a burst, in microseconds")->capture_default_str();
+    app.add_option("--burst", burst, "calls in a burst")->check(CLI::Range(1, 64))->capture_default_str();
+    app.add_option("--reps", reps, "bursts per spell")->check(CLI::Range(3, 100000))->capture_default_str();
+    app.add_option("--progress", progress, "progress mode of client and agent")
+        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))
+        ->capture_default_str();
+    app.add_option("--csv", csv, "write the rows as CSV here");
+    CLI11_PARSE(app, argc, argv);
+
+    fmt::print("after_idle: {} | progress {} for client and agent (spin window 200 us) | agent: 1 worker | "
+               "{} bursts of {} cached empty ships after each spell | loopback, processes unpinned\n\n",
+               bench::cpu_description(), progress, reps, burst);
+    fmt::print("{:<5} {:>8} {:>6} {:>10} {:>10}\n", "tl", "gap us", "call", "median us", "p90 us");
+    std::vector<bench::Row> rows;
+    try {
+        for (const auto& tl : transports) {
+            auto transport = parse_transport(tl);
+            if (!transport) throw std::runtime_error(transport.error().message);
+            launch::AgentProcess agent(tl, {"--log-level", "warn", "--workers", "1", "--progress", progress});
+            ClientOptions o;
+            o.transport = *transport;
+            o.loopback_only = true;
+            o.progress = *parse_progress_mode(progress);
+            auto client = Client::create(o);
+            if (!client) throw std::runtime_error(client.error().describe());
+            auto target = client->connect(agent.address());
+            if (!target) throw std::runtime_error(target.error().describe());
+            auto ship = [&] {
+                auto r = client->ship(bench_kernels::empty, *target, std::uint64_t{7}).get();
+                if (!r) throw std::runtime_error(r.error().describe());
+            };
+            for (int i = 0; i < 2000; ++i) ship();
+            for (int gap : gaps_us) {
+                std::vector<std::vector<double>> calls(static_cast<std::size_t>(burst));
+                for (int r = 0; r < reps; ++r) {
+                    if (gap > 0) std::this_thread::sleep_for(std::chrono::microseconds(gap));
+                    for (auto& call : calls) {
+                        const auto t = Clock::now();
+                        ship();
+                        call.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t).count());
+                    }
+                }
+                for (std::size_t c = 0; c < calls.size(); ++c) {
+                    auto sorted = calls[c];
+                    std::sort(sorted.begin(), sorted.end());
+                    const double p90 = sorted[sorted.size() * 9 / 10];
+                    const auto s = bench::summarise(calls[c]);
+                    fmt::print("{:<5} {:>8} {:>6} {:>10.2f} {:>10.2f}\n", tl, gap, c + 1, s.median, p90);
+                    rows.push_back({{{"transport", tl}, {"gap_us", std::to_string(gap)}, {"call", std::to_string(c + 1)}},
+                                    s,
+                                    {{"p90_us", p90}}});
+                }
+            }
+            fmt::print("{:<5} core moves (shared core): client {}\n", tl, client->stats().core_moves);
+        }
+    } catch (const std::exception& e) {
+        fmt::print(stderr, "after_idle: {}\n", e.what());
+        return 1;
+    }
+    if (!csv.empty()) {
+        bench::write_csv(csv, rows);
+        fmt::print("wrote {}\n", csv);
+    }
+    return 0;
+}
