@@ -24,6 +24,7 @@
 #include <bitship/client.hpp>
 
 #include "launcher.hpp"
+#include "loopback_client.hpp"
 #include "stats.hpp"
 
 using namespace bitship;
@@ -57,16 +58,10 @@ int main(int argc, char** argv) {
             auto transport = parse_transport(tl);
             if (!transport) throw std::runtime_error(transport.error().message);
             launch::AgentProcess agent(tl, {"--log-level", "warn", "--workers", "1", "--progress", progress});
-            ClientOptions o;
-            o.transport = *transport;
-            o.loopback_only = true;
-            o.progress = *parse_progress_mode(progress);
-            auto client = Client::create(o);
-            if (!client) throw std::runtime_error(client.error().describe());
-            auto target = client->connect(agent.address());
-            if (!target) throw std::runtime_error(target.error().describe());
+            auto client = bench::loopback_client(*transport, progress);
+            const auto target = bench::connect_or_throw(client, agent.address());
             auto ship = [&] {
-                auto r = client->ship(bench_kernels::empty, *target, std::uint64_t{7}).get();
+                auto r = client.ship(bench_kernels::empty, target, std::uint64_t{7}).get();
                 if (!r) throw std::runtime_error(r.error().describe());
             };
             for (int i = 0; i < 2000; ++i) ship();
@@ -91,7 +86,7 @@ int main(int argc, char** argv) {
                                     {{"p90_us", p90}}});
                 }
             }
-            fmt::print("{:<5} core moves (shared core): client {}\n", tl, client->stats().core_moves);
+            fmt::print("{:<5} core moves (shared core): client {}\n", tl, client.stats().core_moves);
         }
     } catch (const std::exception& e) {
         fmt::print(stderr, "after_idle: {}\n", e.what());

@@ -30,6 +30,7 @@
 
 #include "alloc_count.h"
 #include "launcher.hpp"
+#include "loopback_client.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -131,21 +132,15 @@ int main(int argc, char** argv) {
             launch::AgentProcess agent(program, tl,
                                        {"--progress", progress, "--log-level", "warn", "--workers", "1"});
             CountsOf remote(agent.pid());
-            ClientOptions o;
-            o.transport = *transport;
-            o.loopback_only = true;
-            o.progress = *parse_progress_mode(progress);
-            auto client = Client::create(o);
-            if (!client) throw std::runtime_error(client.error().describe());
-            auto target = client->connect(agent.address());
-            if (!target) throw std::runtime_error(target.error().describe());
+            auto client = bench::loopback_client(*transport, progress);
+            const auto target = bench::connect_or_throw(client, agent.address());
 
             Bytes eight(8);
-            auto ping = [&] { must(client->ping(*target, eight).get(), "ping"); };
-            auto ship = [&] { must(client->ship(bench_kernels::empty, *target, arg).get(), "cached ship"); };
+            auto ping = [&] { must(client.ping(target, eight).get(), "ping"); };
+            auto ship = [&] { must(client.ship(bench_kernels::empty, target, arg).get(), "cached ship"); };
             auto ship_batch = [&] {
-                auto b = client->batch();
-                for (std::size_t i = 0; i < batch; ++i) b.add(bench_kernels::empty, *target, arg);
+                auto b = client.batch();
+                for (std::size_t i = 0; i < batch; ++i) b.add(bench_kernels::empty, target, arg);
                 for (auto& f : b.submit()) must(f.get(), "batched ship");
             };
             struct Kind {
