@@ -272,3 +272,20 @@ TEST_CASE("a link matches kept wisdom within the drift fraction and not past it"
     now.mapped = true;
     CHECK_FALSE(link_matches(then, now, 0.5));
 }
+
+TEST_CASE("an estimate's terms show its fitted fixed cost where it is 100 ns or more so that they add up", "[unit]") {
+    WalkShape op;
+    auto model = tcp_like();
+    const auto w = op.work(1);
+    // native: fixed 3 µs beside the round trip and the hop.
+    const auto native = explain(model, Strategy::native, w, true);
+    CHECK(native.terms.find("+ fixed 3 µs") != std::string::npos);
+    // Negative (a probe slower than the runs): taken off, and said so.
+    model.fits[index_of(Strategy::xrdma)].fixed_ns = -2'500;
+    CHECK(explain(model, Strategy::xrdma, w, true).terms.find("− fixed 2.5 µs") != std::string::npos);
+    // get: fixed 500 ns.
+    CHECK(explain(model, Strategy::get, w, true).terms.find("+ fixed 500 ns") != std::string::npos);
+    // Under 100 ns it is noise beside the other terms: left out.
+    model.fits[index_of(Strategy::get)].fixed_ns = 60;
+    CHECK(explain(model, Strategy::get, w, true).terms.find("fixed") == std::string::npos);
+}
