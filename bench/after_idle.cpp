@@ -38,6 +38,8 @@ int main(int argc, char** argv) {
     int reps = 300;
     std::string progress = "spin-then-block";
     std::string csv;
+    app.add_option("--xagent", launch::AgentProcess::binary(), "the agent program to start (an A/B against another build)")
+        ->capture_default_str();
     app.add_option("--transport", transports, "transports to measure")->capture_default_str();
     app.add_option("--gap-us", gaps_us, "idle spells before a burst, in microseconds")->capture_default_str();
     app.add_option("--burst", burst, "calls in a burst")->check(CLI::Range(1, 64))->capture_default_str();
@@ -86,7 +88,11 @@ int main(int argc, char** argv) {
                                     {{"p90_us", p90}}});
                 }
             }
-            fmt::print("{:<5} core moves (shared core): client {}\n", tl, client.stats().core_moves);
+            std::uint64_t agent_moves = 0;
+            if (auto stats = client.agent_stats(target))
+                for (const auto& [k, v] : *stats)
+                    if (k == "core_moves") agent_moves = v;
+            fmt::print("{:<5} core moves (shared core): client {}, agent {}\n", tl, client.stats().core_moves, agent_moves);
         }
     } catch (const std::exception& e) {
         fmt::print(stderr, "after_idle: {}\n", e.what());

@@ -6,10 +6,18 @@
 namespace bitship {
 
 bool CoreSharing::yielded(std::chrono::steady_clock::duration off_core, std::chrono::steady_clock::time_point now) {
-    if (off_core < kSharedYield) {
+    if (off_core < kSharedYield) { // nobody else ran: not beside a peer, even just woken
         shared_ = 0;
+        woke_ = false;
         return false;
     }
+    if (woke_ && ++shared_ >= kSharedYieldsAfterWake) {
+        woke_ = false;
+        shared_ = 0;
+        last_move_ = now;
+        return move_to_another_core() >= 0;
+    }
+    if (woke_) return false;
     if (shared_ < kSharedYields) ++shared_;
     if (shared_ < kSharedYields || now - last_move_ < kMoveEvery) return false;
     shared_ = 0;

@@ -34,8 +34,25 @@ public:
     /// another core of its affinity mask (which it keeps). Returns whether it moved.
     bool yielded(std::chrono::steady_clock::duration off_core, std::chrono::steady_clock::time_point now);
 
+    /// After the thread woke from a sleep, this many shared yields in a row move it (not
+    /// kSharedYields, and whenever the last move was). A woken thread is put on its waker's
+    /// core, and the waker is most often the peer it is about to poll for: a burst of calls
+    /// after an idle spell then ran at the shared-core 9 µs a call over shared memory (25 over
+    /// TCP) until kSharedYields round trips had passed, which a short burst never gives. At 1
+    /// the second call pays the move (35-55 µs on the 2-core test VM, where the other core's
+    /// vCPU has to be woken) and the calls after it run at 1-2 µs (bench/after_idle; 2 or 3
+    /// only delay the move by as many calls).
+    static constexpr unsigned kSharedYieldsAfterWake = 1;
+
+    /// The polling thread woke from a sleep (Engine::sleep_until_event).
+    void woke() noexcept {
+        woke_ = true;
+        shared_ = 0;
+    }
+
 private:
     unsigned shared_ = 0;
+    bool woke_ = false;
     std::chrono::steady_clock::time_point last_move_{};
 };
 

@@ -43,7 +43,13 @@ bool Engine::sleep_until_event(std::unique_lock<std::mutex>& token, bool release
     while (::poll(&pfd, 1, timeout_ms) < 0 && errno == EINTR) {
     }
     sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-    if (release_token) return token.try_lock();
+    // core_sharing_ belongs to the token's holder (iterate).
+    if (release_token) {
+        if (!token.try_lock()) return false;
+        core_sharing_.woke();
+        return true;
+    }
+    core_sharing_.woke();
     // A leading guest woke: an engine thread waiting without a timeout for it resumes its watch
     // (this costs only calls after an idle spell, which pay a wake-up anyway).
     guest_asleep_.store(false, std::memory_order_seq_cst);

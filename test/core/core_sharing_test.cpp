@@ -137,3 +137,32 @@ TEST_CASE("two threads that poll for each other from one core end up on two core
     INFO("ended on cores " << cpu[0] << " and " << cpu[1] << ", " << took / kRoundTrips << " µs a round trip on average");
     CHECK(cpu[0] != cpu[1]);
 }
+
+TEST_CASE("after a wake-up kSharedYieldsAfterWake shared yields move at once and a yield alone forgets the wake-up") {
+    on_thread([] {
+        const cpu_set_t mask = affinity();
+        const bool can_move = CPU_COUNT(&mask) >= 2;
+        CoreSharing sharing;
+        auto now = std::chrono::steady_clock::now() + 1h;
+        const auto shared = CoreSharing::kSharedYield + 3us;
+        const auto alone = CoreSharing::kSharedYield / 4;
+        auto moves_after_wake = [&](std::chrono::steady_clock::time_point at) {
+            sharing.woke();
+            for (unsigned i = 1; i < CoreSharing::kSharedYieldsAfterWake; ++i) CHECK_FALSE(sharing.yielded(shared, at));
+            return sharing.yielded(shared, at);
+        };
+        STATIC_REQUIRE(CoreSharing::kSharedYieldsAfterWake < CoreSharing::kSharedYields);
+        // Woken: kSharedYieldsAfterWake shared yields are enough.
+        CHECK(moves_after_wake(now) == can_move);
+        // Woken again at once: it moves again, whenever the last move was (a woken thread sits
+        // by its waker).
+        CHECK(moves_after_wake(now + 10us) == can_move);
+        // A yield that ran nobody else after the wake-up: it was not put beside a peer. Shared
+        // yields count as usual again, and kMoveEvery holds.
+        sharing.woke();
+        CHECK_FALSE(sharing.yielded(alone, now + 20us));
+        for (unsigned i = 0; i < 2 * CoreSharing::kSharedYields; ++i) CHECK_FALSE(sharing.yielded(shared, now + 30us));
+        cpu_set_t after = affinity();
+        CHECK(CPU_EQUAL(&mask, &after));
+    });
+}
