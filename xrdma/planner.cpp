@@ -479,17 +479,14 @@ struct Planner::Impl {
         if (predicted > 0) rec.ratio.add(actual_ns / predicted);
         if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
         // Looked at every 8 runs: a median costs a sort.
-        // Runs while the owner is late (a queue it did not report) teach the model no more than
-        // runs it reported full: their time is the queue's.
-        const bool queued = owner_full;
-        if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, queued, actual_ns);
+        if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, owner_full, actual_ns);
         const bool slow = rec.ratio.count() >= options.slow_window && rec.ratio.p50() >= options.slow_factor;
         if (slow && !rec.flagged) ++stats.slow_flags;
         if (slow && !rec.flagged)
             spdlog::warn("planner: agent {} runs {:.2f}× slower than predicted (median of its last {} runs)",
                          agents.front().info().address, rec.ratio.p50(), std::min<std::size_t>(rec.ratio.count(), 64));
         rec.flagged = slow;
-        learn(st, size, s, cached_before, queued, actual_ns);
+        learn(st, size, s, cached_before, owner_full, actual_ns);
     }
 
     /// Only unloaded, cached runs teach the model.
