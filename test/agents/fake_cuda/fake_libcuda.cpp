@@ -56,6 +56,7 @@
 
 #include "cuda_api.hpp"
 #include "fake_gpu.hpp"
+#include "fake_ptx.hpp"
 
 #include <algorithm>
 #include <condition_variable>
@@ -116,6 +117,7 @@ struct CUctx_st {
 namespace {
 
 namespace fake_gpu = bitship::test::fake_gpu;
+namespace fake_ptx = bitship::test::fake_ptx;
 using namespace fake_gpu; // the GPU's limits and the error names
 
 // The device.
@@ -130,7 +132,6 @@ constexpr std::size_t kAllocationAlignment = 256;
 constexpr unsigned kKnownHostRegisterFlags = 0x0f; // PORTABLE, DEVICEMAP, IOMEMORY, READ_ONLY
 constexpr unsigned kKnownEventFlags = 0x07;        // BLOCKING_SYNC, DISABLE_TIMING, INTERPROCESS
 constexpr unsigned kKnownStreamFlags = cuda::kStreamNonBlocking;
-constexpr std::size_t kBitshipParams = 3; // args, result, regions
 
 struct State {
     std::mutex mutex;
@@ -231,94 +232,6 @@ CUresult seen(CUctx_st* ctx, CUresult failure) {
 CUresult wait_for_destruction(State& s, Lock& lock, CUctx_st* ctx) {
     s.context_destroyed.wait(lock, [&] { return !ctx->alive; });
     return kErrorContextIsDestroyed;
-}
-
-// PTX text.
-
-std::string without_comments(std::string_view ptx) {
-    std::string out;
-    out.reserve(ptx.size());
-    for (std::size_t i = 0; i < ptx.size();) {
-        if (ptx.compare(i, 2, "//") == 0) {
-            i = ptx.find('\n', i);
-            if (i == std::string_view::npos) break;
-        } else if (ptx.compare(i, 2, "/*") == 0) {
-            i = ptx.find("*/", i + 2);
-            if (i == std::string_view::npos) break;
-            i += 2;
-            out += ' ';
-        } else {
-            out += ptx[i++];
-        }
-    }
-    return out;
-}
-
-bool is_space(char c) {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-bool is_name_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '$' || c == '%' || c == '.';
-}
-
-/// Whether a parameter list ("(.param .u64 a, .param .u64 b, .param .u64 c)") is the ABI's.
-bool bitship_abi(std::string_view params) {
-    std::size_t count = 0;
-    for (std::size_t i = 0; (i = params.find(".param", i)) != std::string_view::npos; ++count) {
-        i += std::string_view(".param").size();
-        while (i < params.size() && is_space(params[i]))
-            ++i;
-        if (params.compare(i, 4, ".u64") != 0) return false;
-    }
-    return count == kBitshipParams;
-}
-
-/// Every `.entry NAME` of the PTX, with whether its parameters are the ABI's.
-std::map<std::string, bool, std::less<>> entries_of(const std::string& ptx) {
-    std::map<std::string, bool, std::less<>> out;
-    const std::string_view entry = ".entry";
-    for (std::size_t i = 0; (i = ptx.find(entry, i)) != std::string::npos;) {
-        i += entry.size();
-        if (i >= ptx.size() || !is_space(ptx[i])) continue;
-        while (i < ptx.size() && is_space(ptx[i]))
-            ++i;
-        const std::size_t begin = i;
-        while (i < ptx.size() && is_name_char(ptx[i]))
-            ++i;
-        if (i == begin || (i < ptx.size() && !is_space(ptx[i]) && ptx[i] != '(')) continue;
-        std::string name = ptx.substr(begin, i - begin);
-        while (i < ptx.size() && is_space(ptx[i]))
-            ++i;
-        bool abi = false;
-        if (i < ptx.size() && ptx[i] == '(') {
-            const std::size_t close = ptx.find(')', i);
-            if (close != std::string::npos)
-                abi = bitship_abi(std::string_view(ptx).substr(i, close - i));
-        }
-        out.emplace(std::move(name), abi);
-    }
-    return out;
-}
-
-/// Why `ptx` is refused, or empty.
-std::string refusal(const std::string& ptx) {
-    if (ptx.find(".version") == std::string::npos || ptx.find(".entry") == std::string::npos)
-        return "fake CUDA driver (bitship tests): the image is not PTX text (no .version and "
-               ".entry)";
-    if (auto t = ptx.find(".target"); t != std::string::npos) {
-        auto sm = ptx.find("sm_", t);
-        auto line_end = ptx.find('\n', t);
-        if (sm != std::string::npos && sm < line_end) {
-            const unsigned target =
-                static_cast<unsigned>(std::strtoul(ptx.c_str() + sm + 3, nullptr, 10));
-            if (target > kSm)
-                return "ptxas fatal   : SM version specified by .target (sm_" +
-                       std::to_string(target) + ") is higher than the device's (sm_" +
-                       std::to_string(kSm) + ") (fake CUDA driver)";
-        }
-    }
-    return {};
 }
 
 // The kernels, run at once on the launch.
@@ -642,7 +555,7 @@ FAKE_CUDA_EXPORT CUresult cuModuleLoadDataEx(cuda::CUmodule* module, const void*
         }
     }
     std::string ptx = static_cast<const char*>(image);
-    if (std::string why = refusal(ptx); !why.empty()) {
+    if (std::string why = fake_ptx::refusal(ptx, kSm); !why.empty()) {
         if (log != nullptr && log_bytes > 0) {
             const std::size_t n = std::min(why.size(), log_bytes - 1);
             std::memcpy(log, why.data(), n);
@@ -656,7 +569,7 @@ FAKE_CUDA_EXPORT CUresult cuModuleLoadDataEx(cuda::CUmodule* module, const void*
     s.modules.push_back(std::make_unique<CUmod_st>());
     auto* made = s.modules.back().get();
     made->context = ctx;
-    made->entries = entries_of(without_comments(ptx));
+    made->entries = fake_ptx::entries_of(fake_ptx::without_comments(ptx));
     made->ptx = std::move(ptx);
     ctx->modules.push_back(made);
     ++s.loads;
@@ -726,7 +639,7 @@ FAKE_CUDA_EXPORT CUresult cuLaunchKernel(cuda::CUfunction function, unsigned gri
         return cuda::kErrorInvalidValue;
     Params p;
     CUdeviceptr* values[] = {&p.args, &p.result, &p.regions};
-    for (std::size_t i = 0; i < kBitshipParams; ++i) {
+    for (std::size_t i = 0; i < fake_ptx::kBitshipParams; ++i) {
         if (params[i] == nullptr) return cuda::kErrorInvalidValue;
         std::memcpy(values[i], params[i], sizeof(CUdeviceptr));
     }
