@@ -62,6 +62,9 @@ struct AgentConfig {
     /// start; an agent without one runs none and says why).
     bool gpus = true;
     std::string cuda_library = "libcuda.so.1";
+    /// The program that holds each GPU's context (bitship-gpu, gpu_process.hpp); empty: the one
+    /// beside this program.
+    std::filesystem::path gpu_program;
     /// GPU regions made at start ("NAME=SIZE@gpuN"): device memory only GPU kernels see.
     struct GpuRegion {
         std::string name;

@@ -31,7 +31,7 @@
 #include "core/engine.hpp"
 #include "bulk_windows.hpp"
 #include "control.hpp"
-#include "gpu_device.hpp"
+#include "gpu_process.hpp"
 #include "code_signatures.hpp"
 #include "kernel_guard.hpp"
 #include "kernel_stats.hpp"
@@ -145,7 +145,7 @@ struct Agent::Impl {
     std::unique_ptr<BulkWindows> windows; // whoever progresses
     /// The GPUs this agent runs kernels on (gpu_calls.cpp), by ordinal; before the pool, whose
     /// jobs use them. Fixed after start.
-    std::vector<std::unique_ptr<GpuDevice>> gpus;
+    std::vector<std::unique_ptr<GpuProcess>> gpus;
     std::string cuda_summary; ///< the driver and its GPUs, or why there are none (INFO, errors)
     std::unique_ptr<WorkerPool> pool;
     Topology topology;
@@ -206,9 +206,10 @@ struct Agent::Impl {
         out.emplace_back("core_moves", engine->core_moves());
         // Long kernels that had the engine's thread progress while they ran (dispatch.cpp).
         out.emplace_back("progress_handovers", engine->progress_handovers());
-        // GPU contexts recreated after a fault or a kernel past its time (gpu_device.hpp).
+        // GPU contexts recreated (in a new bitship-gpu process) after a fault, a kernel past its
+        // time or the process's death (gpu_process.hpp).
         std::uint64_t resets = 0;
-        for (const auto& g : gpus) resets += g->context_resets();
+        for (const auto& g : gpus) resets += g->restarts();
         out.emplace_back("gpu_context_resets", resets);
         return out;
     }

@@ -1,4 +1,5 @@
-// GPU calls: the agent's GPUs (opened at start through the CUDA driver it finds with dlopen),
+// GPU calls: the agent's GPUs (found at start through the CUDA driver it opens with dlopen, each
+// held by a bitship-gpu process: gpu_process.hpp),
 // RUNs of nvptx64 slices (PTX made by the JIT's compiler, loaded once per GPU, launched by a
 // worker) and GPU region reads and writes (staged by a worker through pinned host memory).
 // A worker waits for its GPU call to finish (or to pass the kernel timeout); the answer is
@@ -36,9 +37,13 @@ Result<void> Agent::Impl::open_gpus() {
                                 "run GPU kernels", config.gpu_regions.front().name));
     if (driver && !config.gpus) cuda_summary += " (not used: --no-gpu)";
     else if (driver && confined) cuda_summary += " (not used: GPU kernels cannot be confined by --sandbox sfi)";
-    if (driver && config.gpus && !confined) {
-        for (const auto& d : driver->devices) {
-            auto gpu = GpuDevice::open(driver->api, d.ordinal);
+    if (driver && config.gpus && !confined && !driver->devices.empty()) {
+        // Each GPU in a process of its own (gpu_process.hpp: the driver recovers from a fault
+        // or a kernel that never returns only by the end of the process).
+        auto program = GpuProcess::find_program(config.gpu_program);
+        if (!program) cuda_summary += fmt::format(" (no GPU runs kernels: {})", program.error().message);
+        for (const auto& d : program ? driver->devices : std::vector<CudaDevice>{}) {
+            auto gpu = GpuProcess::start({*program, d.ordinal, config.cuda_library});
             if (!gpu) { // later ordinals would shift: stop at the first that cannot be used
                 spdlog::warn("xagent: GPU {} ({}) cannot run kernels: {}", d.ordinal, d.name, gpu.error().describe());
                 cuda_summary += fmt::format(" (GPU {} unusable: {})", d.ordinal, gpu.error().message);
@@ -185,7 +190,7 @@ void Agent::Impl::on_gpu_transfer(Incoming&& in, std::uint64_t conn, const wire:
     const auto name = is_read ? std::get<wire::GpuRead>(msg.body).name : std::get<wire::GpuWrite>(msg.body).name;
     const auto offset = is_read ? std::get<wire::GpuRead>(msg.body).offset : std::get<wire::GpuWrite>(msg.body).offset;
     const auto id = in.header.request_id;
-    GpuDevice* gpu = nullptr;
+    GpuProcess* gpu = nullptr;
     for (const auto& g : gpus)
         if (g->region(name)) gpu = g.get();
     if (!gpu) {

@@ -86,98 +86,33 @@ Result<void> GpuDevice::Impl::make_context() {
     return {};
 }
 
-// A poisoned context is replaced: every handle it made is forgotten (resetting the primary
-// context destroys them all), it is reset, retained again, and what lived in it is made again:
-// the stream, the staging registrations, each GPU region (zeroed). Modules reload lazily, from
-// their kept PTX, when next used.
-//
-// Not checked on a GPU yet: whether resetting the context stops a kernel that never returns
-// (a launch past its timeout), or waits for it.
-Result<void> GpuDevice::Impl::recreate() {
-    for (auto& s : staging) {
-        // Not unregistered first: that may wait for a kernel still running, and the reset drops
-        // the registration (or it outlives it, and registering again says so, which is fine).
-        s.registered = false;
-        s.done = nullptr;
-        s.pending = false;
-    }
-    stream = nullptr;
-    for (auto& [hash, module] : modules) {
-        module.handle = nullptr;
-        module.functions.clear();
-    }
-    args = result = table = DeviceBuffer{};
-    table_current = false;
-    for (auto& region : regions)
-        region.pointer = 0;
-    // Our reference goes first (the last release resets the context too); the explicit reset
-    // then covers anyone else holding one. UCX's CUDA transports may: a reset pulls its
-    // registrations from under it (not yet an issue: nothing registers GPU memory with UCX).
-    if (retained) cu.cuDevicePrimaryCtxRelease(device);
-    retained = false;
-    context = nullptr;
-    broken = "recreating the context failed";
-    if (CUresult r = cu.cuDevicePrimaryCtxReset(device); r != cuda::kSuccess) {
-        broken = fmt::format("cuDevicePrimaryCtxReset failed: {}", cu.said(r));
-        return fail(Errc::no_device, broken);
-    }
-    if (auto made = make_context(); !made) {
-        broken = made.error().message;
-        return made;
-    }
-    for (auto& region : regions) {
-        if (auto r = allocate_zeroed(region.pointer, region.size, "region '" + region.name + "'");
-            !r) {
-            broken = r.error().message;
-            return r;
-        }
-    }
-    if (CUresult r = cu.cuStreamSynchronize(stream); r != cuda::kSuccess) {
-        broken = fmt::format("cuStreamSynchronize failed: {}", cu.said(r));
-        return fail(Errc::no_device, broken);
-    }
-    broken.clear();
-    context_resets.fetch_add(1, std::memory_order_relaxed);
-    return {};
-}
-
-/// Recreates the context and says so, for the message of the call that found it poisoned.
-std::string GpuDevice::Impl::recreate_and_say() {
-    if (auto r = recreate(); !r)
-        return fmt::format("; recreating the context failed ({}): the GPU is unusable until a "
-                           "later call recreates it",
-                           r.error().message);
-    return "; the context was recreated" + lost_regions();
-}
-
-std::string GpuDevice::Impl::lost_regions() const {
-    return regions.empty() ? "" : ", GPU regions were allocated again (their contents are lost)";
+/// Marks the context unusable for good (see gpu_device.hpp: the driver recovers no other way
+/// than by the process's end) and returns what a failed call's message adds.
+std::string GpuDevice::Impl::poison(std::string why) {
+    if (poisoned.empty()) poisoned = std::move(why);
+    return "; the GPU context is poisoned (the CUDA driver lets a process recover from this only "
+           "by exiting)";
 }
 
 /// The start of every call that uses the driver: makes the context current on this thread (a
-/// worker may run on any thread), recreating it first if an earlier recreation failed.
+/// worker may run on any thread), unless the context is poisoned.
 Result<void> GpuDevice::Impl::ready() {
-    if (!broken.empty()) {
-        if (auto r = recreate(); !r)
-            return fail(Errc::no_device,
-                        fmt::format("{} is unusable: its context could not be recreated: {}", where,
-                                    r.error().message));
-    }
+    if (!poisoned.empty())
+        return fail(Errc::no_device, fmt::format("{} is unusable: {}", where, poisoned));
     if (CUresult r = cu.cuCtxSetCurrent(context); r != cuda::kSuccess)
         return tl::make_unexpected(failed("cuCtxSetCurrent", r));
     return {};
 }
 
-/// A driver call's failure as an error of `code`. What recreate() itself calls fails this way.
+/// A driver call's failure as an error of `code`.
 Error GpuDevice::Impl::refused(std::string_view call, CUresult r, Errc code) const {
     return Error{code, fmt::format("{}: {} failed: {}", where, call, cu.said(r))};
 }
 
-/// The same, and a sticky error (the context is poisoned) recreates the context at once; the
-/// message says so.
+/// The same, and a sticky error poisons the context; the message says so.
 Error GpuDevice::Impl::failed(std::string_view call, CUresult r, Errc code) {
     Error error = refused(call, r, code);
-    if (cuda::is_sticky(r)) error.message += recreate_and_say();
+    if (cuda::is_sticky(r)) error.message += poison(fmt::format("{} failed with {}", call, cu.said(r)));
     return error;
 }
 
@@ -235,8 +170,6 @@ Result<cuda::CUfunction> GpuDevice::Impl::function(const CodeHash& hash, std::st
         return fail(Errc::entry_not_found,
                     fmt::format("{}: module {} is not loaded", where, to_hex(hash, kHashDigits)));
     Module& module = m->second;
-    if (module.handle == nullptr) // the context was recreated since
-        if (auto r = load(hash, module); !r) return tl::make_unexpected(r.error());
     if (auto f = module.functions.find(entry); f != module.functions.end()) return f->second;
     cuda::CUfunction f = nullptr;
     const std::string name(entry);
@@ -264,7 +197,7 @@ Result<void> GpuDevice::Impl::wait_for_kernel(std::string_view entry,
             const bool sticky = cuda::is_sticky(r);
             std::string message =
                 fmt::format("{}: kernel '{}' failed: {}", where, entry, cu.said(r));
-            if (sticky) message += recreate_and_say();
+            if (sticky) message += poison(fmt::format("kernel '{}' failed with {}", entry, cu.said(r)));
             const Errc code = r == cuda::kErrorLaunchTimeout ? Errc::kernel_timeout
                               : sticky                       ? Errc::kernel_crashed
                                                              : Errc::internal;
@@ -274,7 +207,8 @@ Result<void> GpuDevice::Impl::wait_for_kernel(std::string_view entry,
         if (waited >= timeout)
             return fail(Errc::kernel_timeout,
                         fmt::format("{}: kernel '{}' still running after {} ms{}", where, entry,
-                                    timeout.count(), recreate_and_say()));
+                                    timeout.count(),
+                                    poison(fmt::format("kernel '{}' still runs", entry))));
         if (waited < kSpinFor) {
             cpu_pause();
         } else {
@@ -291,9 +225,17 @@ const GpuDevice::Impl::Region* GpuDevice::Impl::find_region(std::string_view reg
 }
 
 GpuDevice::Impl::~Impl() {
-    // Frees what exists, in reverse order of making; a poisoned or half-made context may refuse
-    // some of it, which changes nothing: releasing the last reference resets the context.
-    if (retained && broken.empty() && cu.cuCtxSetCurrent(context) == cuda::kSuccess) {
+    // A poisoned context is left as it is, and the staging memory with it (still pinned): the
+    // driver lets the process do nothing more with the GPU, and a release could wait forever
+    // for a kernel that still runs. The process's end frees it all.
+    if (!poisoned.empty()) {
+        for (auto& s : staging)
+            if (s.registered) (void)s.host.release();
+        return;
+    }
+    // Frees what exists, in reverse order of making; a half-made context may refuse some of it,
+    // which changes nothing: releasing the last reference resets the context.
+    if (retained && cu.cuCtxSetCurrent(context) == cuda::kSuccess) {
         if (stream != nullptr) cu.cuStreamSynchronize(stream);
         for (auto& [hash, module] : modules)
             if (module.handle != nullptr) cu.cuModuleUnload(module.handle);
@@ -411,29 +353,44 @@ std::uint64_t GpuDevice::memory_bytes() const noexcept {
     return impl_->memory_bytes;
 }
 
-GpuGeometry GpuDevice::geometry_for(const CodeHash& hash, std::string_view entry) const {
-    std::optional<DeclaredGeometry> declared;
-    {
-        std::lock_guard lock(impl_->mutex);
-        if (auto it = impl_->modules.find(hash); it != impl_->modules.end()) declared = declared_geometry(it->second.ptx, entry);
+GpuLimits GpuDevice::limits() const noexcept {
+    GpuLimits l;
+    l.multiprocessors = impl_->multiprocessors;
+    l.max_threads_per_block = static_cast<std::uint32_t>(impl_->max_threads_per_block);
+    for (std::size_t i = 0; i < kDims; ++i) {
+        l.max_block[i] = impl_->max_block[i];
+        l.max_grid[i] = impl_->max_grid[i];
     }
-    if (!declared) return default_geometry();
-    GpuGeometry g; // as declared: launch() refuses it, naming it, when the device cannot have it
-    g.block[0] = declared->threads;
-    g.grid[0] = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(std::uint64_t{declared->blocks_per_sm} * impl_->multiprocessors, 0xffffffffu));
-    return g;
+    return l;
+}
+
+GpuGeometry GpuDevice::geometry_for(const CodeHash& hash, std::string_view entry) const {
+    std::lock_guard lock(impl_->mutex);
+    auto it = impl_->modules.find(hash);
+    return it == impl_->modules.end() ? default_geometry() : launch_geometry(limits(), it->second.ptx, entry);
 }
 
 GpuGeometry GpuDevice::default_geometry() const noexcept {
+    return bitship::agent::default_geometry(limits());
+}
+
+GpuGeometry default_geometry(const GpuLimits& limits) {
     GpuGeometry g;
     g.block[0] = std::max<std::uint32_t>(
-        1, std::min<std::uint64_t>(
-               {kDefaultBlockThreads, impl_->max_threads_per_block, impl_->max_block[0]}));
+        1, std::min<std::uint64_t>({kDefaultBlockThreads, limits.max_threads_per_block, limits.max_block[0]}));
     g.grid[0] = std::max<std::uint32_t>(
-        1, std::min<std::uint64_t>(std::uint64_t{kDefaultBlocksPerMultiprocessor} *
-                                       impl_->multiprocessors,
-                                   impl_->max_grid[0]));
+        1, std::min<std::uint64_t>(std::uint64_t{kDefaultBlocksPerMultiprocessor} * limits.multiprocessors,
+                                   limits.max_grid[0]));
+    return g;
+}
+
+GpuGeometry launch_geometry(const GpuLimits& limits, std::string_view ptx, std::string_view entry) {
+    auto declared = bitship::agent::declared_geometry(ptx, entry);
+    if (!declared) return default_geometry(limits);
+    GpuGeometry g; // as declared: launch() refuses it, naming it, when the device cannot have it
+    g.block[0] = declared->threads;
+    g.grid[0] = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(std::uint64_t{declared->blocks_per_sm} * limits.multiprocessors, 0xffffffffu));
     return g;
 }
 
@@ -452,7 +409,7 @@ Result<void> GpuDevice::add_region(const std::string& name, std::uint64_t size) 
         return r;
     }
     if (CUresult r = impl_->cu.cuStreamSynchronize(impl_->stream); r != cuda::kSuccess) {
-        impl_->cu.cuMemFree(region.pointer); // before failed(), which may recreate the context
+        impl_->cu.cuMemFree(region.pointer);
         return tl::make_unexpected(impl_->failed("cuStreamSynchronize", r));
     }
     impl_->regions.push_back(std::move(region));
@@ -570,8 +527,9 @@ Result<Bytes> GpuDevice::launch(const CodeHash& hash, std::string_view entry,
     return out;
 }
 
-std::uint64_t GpuDevice::context_resets() const noexcept {
-    return impl_->context_resets.load(std::memory_order_relaxed);
+std::string GpuDevice::poisoned() const {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->poisoned;
 }
 std::uint64_t GpuDevice::launches() const noexcept {
     return impl_->launches.load(std::memory_order_relaxed);

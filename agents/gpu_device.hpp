@@ -12,8 +12,11 @@
 //
 // Thread-safe: calls may come from any worker thread; launches and transfers take turns on the
 // device's one stream. A fault (CUDA_ERROR_ILLEGAL_ADDRESS and the other sticky errors) or a
-// kernel past its time poisons the context: the device recreates it at once (modules reload
-// from their kept PTX, regions are allocated again, zeroed) and the failed call's error says so.
+// kernel past its time poisons the context for good: on a real driver (580, CUDA 13, H100)
+// cuDevicePrimaryCtxReset then succeeds and the next cuDevicePrimaryCtxRetain still returns
+// the sticky error, and only the end of the process stops a kernel that never returns. So the
+// device does not try: it says it is poisoned() and refuses every later call. The agent runs
+// each GPU in a process of its own (bitship-gpu, gpu_process.hpp) and starts another.
 
 #include <chrono>
 #include <cstddef>
@@ -40,6 +43,21 @@ struct GpuGeometry {
     std::uint32_t block[3] = {1, 1, 1};
 };
 
+/// What a GPU allows a launch, as its driver reports it.
+struct GpuLimits {
+    std::uint32_t multiprocessors = 0;
+    std::uint32_t max_threads_per_block = 0;
+    std::uint32_t max_block[3] = {0, 0, 0};
+    std::uint32_t max_grid[3] = {0, 0, 0};
+};
+
+/// The geometry a call gets when it names none: 256 threads a block, 8 blocks per
+/// multiprocessor (a grid-stride loop covers any size with it), within `limits`.
+GpuGeometry default_geometry(const GpuLimits& limits);
+/// The geometry a call of `entry` gets when it names none: what the kernel declares in `ptx`
+/// (BS_GPU_GEOMETRY: threads a block, blocks per multiprocessor), else default_geometry().
+GpuGeometry launch_geometry(const GpuLimits& limits, std::string_view ptx, std::string_view entry);
+
 class GpuDevice {
 public:
     /// Opens GPU `ordinal`: retains its primary context, makes one stream and the pinned
@@ -58,12 +76,10 @@ public:
     [[nodiscard]] unsigned sm() const noexcept;
     [[nodiscard]] unsigned multiprocessors() const noexcept;
     [[nodiscard]] std::uint64_t memory_bytes() const noexcept;
-    /// The geometry a call gets when it names none: 256 threads a block, 8 blocks per
-    /// multiprocessor (a grid-stride loop covers any size with it).
+    [[nodiscard]] GpuLimits limits() const noexcept;
+    /// default_geometry(limits()).
     [[nodiscard]] GpuGeometry default_geometry() const noexcept;
-    /// The geometry a call of `entry` of module `hash` gets when it names none: what the kernel
-    /// declares (BS_GPU_GEOMETRY: threads a block, blocks per multiprocessor of this GPU), else
-    /// default_geometry().
+    /// launch_geometry() of module `hash`'s PTX, or default_geometry() for a module not loaded.
     [[nodiscard]] GpuGeometry geometry_for(const CodeHash& hash, std::string_view entry) const;
 
     /// Allocates a GPU region of `size` bytes of device memory, zeroed. At start-up, before any
@@ -79,10 +95,10 @@ public:
     /// In the order added: what a kernel's `regions` parameter lists.
     [[nodiscard]] std::vector<RegionView> regions() const;
 
-    /// Whether module `hash` is loaded (or kept for reloading after a reset).
+    /// Whether module `hash` is loaded.
     [[nodiscard]] bool has_module(const CodeHash& hash) const;
     /// Loads `ptx` as module `hash` (cuModuleLoadDataEx; the NUL is added here) and keeps the
-    /// text, so a recreated context reloads it. Loading a hash already loaded does nothing.
+    /// text (for geometry_for). Loading a hash already loaded does nothing.
     /// compile_failed with the driver's JIT error log when the driver refuses the PTX.
     Result<void> load_module(const CodeHash& hash, const std::string& ptx);
 
@@ -92,10 +108,9 @@ public:
     /// `timeout` passes, and returns the result buffer's bytes.
     /// Errors: entry_not_found (the module has no such kernel, or it is not loaded);
     /// invalid_argument (a geometry the device refuses: zero, or over its limits);
-    /// kernel_timeout (still running at `timeout`: the context was recreated);
-    /// kernel_crashed (a fault such as CUDA_ERROR_ILLEGAL_ADDRESS: the context was recreated);
-    /// both say "GPU regions were allocated again (their contents are lost)" when there are any.
-    /// internal, naming the driver call and its error, otherwise.
+    /// kernel_timeout (still running at `timeout`) and kernel_crashed (a fault such as
+    /// CUDA_ERROR_ILLEGAL_ADDRESS) poison the device; internal, naming the driver call and its
+    /// error, otherwise (a sticky error there poisons it too).
     Result<Bytes> launch(const CodeHash& hash, std::string_view entry, std::span<const std::byte> args,
                          std::uint32_t result_bytes, const GpuGeometry& geometry, std::chrono::milliseconds timeout);
 
@@ -106,8 +121,9 @@ public:
     /// The same, host to device.
     Result<void> write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in);
 
-    /// Times the context was recreated after a fault or a timeout.
-    [[nodiscard]] std::uint64_t context_resets() const noexcept;
+    /// Why the context is unusable (a sticky error, or a kernel that still runs), or empty.
+    /// Once set, every call that needs the driver fails with no_device naming it.
+    [[nodiscard]] std::string poisoned() const;
     /// Kernels launched, and modules loaded, so far.
     [[nodiscard]] std::uint64_t launches() const noexcept;
     [[nodiscard]] std::uint64_t modules_loaded() const noexcept;

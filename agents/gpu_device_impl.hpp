@@ -1,6 +1,6 @@
 #pragma once
 // The private state of a GpuDevice (gpu_device.hpp), shared by the files that implement it:
-//   gpu_device.cpp     the context, its recreation, modules and launches
+//   gpu_device.cpp     the context, modules and launches
 //   gpu_transfers.cpp  GPU region reads and writes through the pinned staging buffers
 // Everything below `mutex` is touched with it held.
 
@@ -41,10 +41,9 @@ struct GpuDevice::Impl {
     struct Region {
         std::string name;
         std::uint64_t size = 0;
-        CUdeviceptr pointer = 0; ///< 0 after a failed recreation, until the next one
+        CUdeviceptr pointer = 0;
     };
-    /// A module's PTX is kept so a recreated context can load it again; `handle` is null until
-    /// then.
+    /// A loaded module, and its PTX (what the kernels declare of their geometry is read there).
     struct Module {
         std::string ptx;
         cuda::CUmodule handle = nullptr;
@@ -80,7 +79,6 @@ struct GpuDevice::Impl {
     std::array<std::uint32_t, kDims> max_block{};
     std::array<std::uint32_t, kDims> max_grid{};
 
-    std::atomic<std::uint64_t> context_resets{0};
     std::atomic<std::uint64_t> launches{0};
     std::atomic<std::uint64_t> modules_loaded{0};
 
@@ -97,13 +95,12 @@ struct GpuDevice::Impl {
     DeviceBuffer result;
     DeviceBuffer table;         ///< the regions table: one CUdeviceptr per region
     bool table_current = false; ///< `table` lists the regions' current pointers
-    std::string broken;         ///< why the context could not be recreated; empty when usable
+    std::string poisoned;       ///< why the context is unusable for good; empty when usable
 
     // The steps below run with `mutex` held.
 
     Result<void> make_context();
-    Result<void> recreate();
-    std::string recreate_and_say();
+    std::string poison(std::string why);
     Result<void> ready();
     Error refused(std::string_view call, CUresult r, Errc code) const;
     Error failed(std::string_view call, CUresult r, Errc code = Errc::internal);
@@ -118,7 +115,6 @@ struct GpuDevice::Impl {
                                  std::chrono::steady_clock::time_point start,
                                  std::chrono::milliseconds timeout);
     const Region* find_region(std::string_view region_name) const;
-    [[nodiscard]] std::string lost_regions() const;
 };
 
 } // namespace bitship::agent

@@ -157,6 +157,10 @@ int main(int argc, char** argv) {
     app.add_option("--cuda-library", cuda_library,
                    "the CUDA driver library to dlopen (a driver outside the loader's path; tests use a fake)")
         ->capture_default_str();
+    std::string gpu_program;
+    app.add_option("--gpu-program", gpu_program,
+                   "the program that holds each GPU's CUDA context, one process per GPU, restarted after a GPU fault "
+                   "or a kernel past its timeout (default: bitship-gpu beside xagent)");
     std::string region_memory = "auto";
     app.add_option("--region-memory", region_memory,
                    "what backs regions: shared (same-host clients read them by direct loads; huge pages only where the "
@@ -271,6 +275,7 @@ int main(int argc, char** argv) {
     }
     config.gpus = !no_gpu;
     config.cuda_library = cuda_library;
+    config.gpu_program = gpu_program;
     if (!no_native)
         for (const auto& k : xrdma::native_kernels()) config.native_kernels.emplace_back(k.name, k.fn);
 

@@ -11,7 +11,7 @@ install(TARGETS bitship_bundle bitship_core bitship-bundle xagent EXPORT bitship
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 # xagent's compiler process, beside it (xagent looks there).
-install(TARGETS bitship-compiler RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS bitship-compiler bitship-gpu RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/bitship DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(EXPORT bitshipTargets NAMESPACE bitship:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/bitship)
 

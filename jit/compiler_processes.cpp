@@ -25,8 +25,7 @@
 #include <spdlog/spdlog.h>
 
 #include "compiler_protocol.hpp"
-
-extern char** environ;
+#include "core/child_process.hpp"
 
 namespace bitship::jit {
 namespace proto = compiler_protocol;
@@ -42,10 +41,8 @@ constexpr auto kStartTimeout = std::chrono::seconds(120);
 constexpr int kWallPerCpu = 4;
 constexpr auto kWallSlack = std::chrono::seconds(30);
 constexpr const char* kProgramName = "bitship-compiler";
-/// A compiler that sent a fatal FAILED exits right after; how long it gets, and how often it is
-/// looked at meanwhile.
+/// A compiler that sent a fatal FAILED exits right after: how long it gets.
 constexpr auto kFatalExitGrace = std::chrono::milliseconds(1000);
-constexpr auto kExitPoll = std::chrono::milliseconds(1);
 /// How often a compiler's CPU time is looked at while it works.
 constexpr auto kCpuPoll = std::chrono::milliseconds(20);
 
@@ -54,11 +51,6 @@ struct Process {
     int fd = -1; // the agent's end of the socket
     bool ready = false;
 };
-
-std::string signal_name(int sig) {
-    const char* abbrev = ::sigabbrev_np(sig);
-    return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
-}
 
 /// The CPU time `pid` has used so far (user + system), or nullopt.
 std::optional<std::chrono::nanoseconds> cpu_used(pid_t pid) {
@@ -110,38 +102,12 @@ struct CompilerProcesses::State {
 
     /// A new process in `p`, HELLO sent; READY is awaited by the first compile (await_ready).
     Result<void> spawn(Process& p) {
-        int sv[2];
-        if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-            return fail(Errc::io_error, fmt::format("socketpair for the compiler: {}", std::strerror(errno)));
-        posix_spawn_file_actions_t files;
-        posix_spawnattr_t attrs;
-        ::posix_spawn_file_actions_init(&files);
-        ::posix_spawnattr_init(&attrs);
         // Its end of the socket on fd 3, stdin from /dev/null, stdout and stderr shared with the
         // agent (its log), and no other descriptor of the agent's (UCX sockets, files).
-        ::posix_spawn_file_actions_adddup2(&files, sv[1], proto::kCompilerFd);
-        ::posix_spawn_file_actions_addopen(&files, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-        ::posix_spawn_file_actions_addclosefrom_np(&files, proto::kCompilerFd + 1);
-        // The agent blocks SIGINT/SIGTERM in every thread and catches faults for its kernels:
-        // the compiler starts with no signal blocked and every disposition at its default.
-        sigset_t none, all;
-        sigemptyset(&none);
-        sigfillset(&all);
-        ::posix_spawnattr_setsigmask(&attrs, &none);
-        ::posix_spawnattr_setsigdefault(&attrs, &all);
-        ::posix_spawnattr_setflags(&attrs, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-        std::string program = options.program.string();
-        char* argv[] = {program.data(), nullptr};
-        pid_t pid = -1;
-        int rc = ::posix_spawn(&pid, program.c_str(), &files, &attrs, argv, environ);
-        ::posix_spawn_file_actions_destroy(&files);
-        ::posix_spawnattr_destroy(&attrs);
-        ::close(sv[1]);
-        if (rc != 0) {
-            ::close(sv[0]);
-            return fail(Errc::io_error, fmt::format("cannot start {}: {}", program, std::strerror(rc)));
-        }
-        p = Process{pid, sv[0], false};
+        auto child = spawn_with_socket({options.program.string()}, proto::kCompilerFd);
+        if (!child) return tl::make_unexpected(child.error());
+        const std::string program = options.program.string();
+        p = Process{child->pid, child->fd, false};
         if (auto sent = proto::write_frame(p.fd, hello); !sent) {
             auto why = reap(p);
             return fail(Errc::io_error, fmt::format("{} did not take its start-up message ({})", program, why));
@@ -186,25 +152,15 @@ struct CompilerProcesses::State {
         p.fd = -1;
         p.ready = false;
         if (p.pid < 0) return {};
-        int status = 0;
-        rusage usage{};
         // One that said its last word gets `grace` to exit by itself; one still running after
         // that (or that sent garbage, or overran the wall clock) is stopped.
-        pid_t got = ::wait4(p.pid, &status, WNOHANG, &usage);
-        for (auto until = Clock::now() + grace; got == 0 && Clock::now() < until;) {
-            std::this_thread::sleep_for(kExitPoll);
-            got = ::wait4(p.pid, &status, WNOHANG, &usage);
-        }
-        if (got == 0) {
-            ::kill(p.pid, SIGKILL);
-            while ((got = ::wait4(p.pid, &status, 0, &usage)) < 0 && errno == EINTR) {
-            }
-        }
+        const ChildEnd end = end_child(p.pid, grace);
         p.pid = -1;
-        if (got <= 0) return "its exit status is unknown";
-        if (WIFEXITED(status)) return WEXITSTATUS(status) == 0 ? "" : fmt::format("it exited with status {}", WEXITSTATUS(status));
-        if (!WIFSIGNALED(status)) return "it stopped";
-        const int sig = WTERMSIG(status);
+        if (!end.known) return "its exit status is unknown";
+        if (end.exited) return end.status == 0 ? "" : fmt::format("it exited with status {}", end.status);
+        if (end.signal == 0) return "it stopped";
+        const rusage& usage = end.usage;
+        const int sig = end.signal;
         auto used = std::chrono::seconds(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                     std::chrono::microseconds(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
         const bool over_cpu = cpu_at_start && used - *cpu_at_start >= options.cpu_limit;

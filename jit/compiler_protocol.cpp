@@ -2,9 +2,7 @@
 // and frame I/O on a blocking socket.
 #include "compiler_protocol.hpp"
 
-#include <poll.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "core/byte_io.hpp"
+#include "core/frame_io.hpp"
 #include "ptx_compile.hpp"
 
 namespace bitship::jit::compiler_protocol {
@@ -297,71 +296,11 @@ Result<CompileFailure> decode_failed(std::span<const std::byte> payload) {
 }
 
 Result<void> write_frame(int fd, std::span<const std::byte> payload) {
-    if (payload.size() > 0xffffffffu) return fail(Errc::too_large, "compiler protocol frame over 4 GiB");
-    std::uint32_t n = static_cast<std::uint32_t>(payload.size());
-    std::byte header[kHeaderBytes];
-    std::memcpy(header, &n, sizeof n);
-    // Header and payload in one sendmsg: the reader wakes once for the frame, not once for its
-    // header and again for the rest (a wake-up costs 50-250 us on a small VM).
-    iovec parts[2] = {{header, sizeof header}, {const_cast<std::byte*>(payload.data()), payload.size()}};
-    msghdr msg{};
-    msg.msg_iov = parts;
-    msg.msg_iovlen = 2;
-    std::size_t left = sizeof header + payload.size();
-    while (left > 0) {
-        // sendmsg, not write: a compiler that is gone is EPIPE here, never a SIGPIPE.
-        ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return fail(Errc::io_error, fmt::format("writing to the compiler socket: {}", std::strerror(errno)));
-        left -= static_cast<std::size_t>(w);
-        // A partial send: skip what went.
-        for (auto done = static_cast<std::size_t>(w); done > 0 && msg.msg_iovlen > 0;) {
-            auto& first = msg.msg_iov[0];
-            const std::size_t step = std::min(done, first.iov_len);
-            first.iov_base = static_cast<char*>(first.iov_base) + step;
-            first.iov_len -= step;
-            done -= step;
-            if (first.iov_len == 0) {
-                ++msg.msg_iov;
-                --msg.msg_iovlen;
-            }
-        }
-    }
-    return {};
+    return bitship::write_frame(fd, payload, "compiler");
 }
-
-namespace {
-/// Fills `out` whole, waiting at most until `deadline`.
-Result<void> read_exact(int fd, std::span<std::byte> out, std::optional<Clock::time_point> deadline) {
-    while (!out.empty()) {
-        if (deadline) {
-            auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now()).count();
-            if (left <= 0) return fail(Errc::timeout, "the compiler did not answer in time");
-            pollfd p{fd, POLLIN, 0};
-            int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
-            if (ready < 0 && errno == EINTR) continue;
-            if (ready < 0) return fail(Errc::io_error, fmt::format("waiting for the compiler: {}", std::strerror(errno)));
-            if (ready == 0) continue; // the deadline check above ends it
-        }
-        ssize_t got = ::read(fd, out.data(), out.size());
-        if (got < 0 && errno == EINTR) continue;
-        if (got < 0) return fail(Errc::io_error, fmt::format("reading the compiler socket: {}", std::strerror(errno)));
-        if (got == 0) return fail(Errc::disconnected, "the compiler closed its socket");
-        out = out.subspan(static_cast<std::size_t>(got));
-    }
-    return {};
-}
-} // namespace
 
 Result<std::vector<std::byte>> read_frame(int fd, std::uint32_t max, std::optional<Clock::time_point> deadline) {
-    std::byte header[kHeaderBytes];
-    if (auto h = read_exact(fd, header, deadline); !h) return tl::make_unexpected(h.error());
-    std::uint32_t n = 0;
-    std::memcpy(&n, header, sizeof n);
-    if (n > max) return fail(Errc::too_large, fmt::format("a compiler protocol frame of {} bytes (at most {})", n, max));
-    std::vector<std::byte> payload(n);
-    if (auto b = read_exact(fd, payload, deadline); !b) return tl::make_unexpected(b.error());
-    return payload;
+    return bitship::read_frame(fd, max, "compiler", deadline);
 }
 
 void write_fatal_frame(int fd, std::uint64_t id, Errc code, std::string_view message) noexcept {

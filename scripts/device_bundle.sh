@@ -6,10 +6,10 @@
 #   bash scripts/device_bundle.sh BUILD_DIR [OUT_DIR]     # OUT_DIR defaults to .device (git-ignored)
 #
 # BUILD_DIR is a Release or RelWithDebInfo build with the targets built:
-#   cmake --build BUILD_DIR --target xagent bitship-compiler gpu_test gpu_reduce
+#   cmake --build BUILD_DIR --target xagent bitship-compiler bitship-gpu gpu_test gpu_reduce
 # It writes OUT_DIR/bitship-device.tar.xz (and OUT_DIR/MANIFEST, a copy of the one inside),
 # unpacked on the device at /opt/bitship-device:
-#   bin/    xagent, bitship-compiler, gpu_test, gpu_reduce (stripped)
+#   bin/    xagent, bitship-compiler, bitship-gpu, gpu_test, gpu_reduce (stripped)
 #   lib/    every shared library they load, glibc (ld-linux, libc, libm, libstdc++, ...)
 #           included: the remote image's glibc may be older than ours
 #   lib/ucx UCX's transport modules, which UCX dlopens (UCX_MODULE_DIR)
@@ -61,13 +61,14 @@ esac
 declare -A programs=(
   [xagent]=agents/xagent
   [bitship-compiler]=agents/bitship-compiler
+  [bitship-gpu]=agents/bitship-gpu
   [gpu_test]=test/gpu/gpu_test
   [gpu_reduce]=bench/gpu_reduce
 )
 cubin=$build/bench/gpu_reduce_native.sm_90.cubin
 for p in "${!programs[@]}"; do
   [[ -x $build/${programs[$p]} ]] ||
-    die "$build/${programs[$p]} is missing: cmake --build $build --target xagent bitship-compiler gpu_test gpu_reduce"
+    die "$build/${programs[$p]} is missing: cmake --build $build --target xagent bitship-compiler bitship-gpu gpu_test gpu_reduce"
 done
 [[ -f $cubin ]] || die "$cubin is missing (was nvcc found when $build was configured?)"
 [[ -f $LIBDEVICE ]] || die "$LIBDEVICE is missing (the CUDA toolkit)"

@@ -146,7 +146,7 @@ fi
 
 # 4. The bundle by itself: each program loads its libraries from the bundle, and starts.
 section "4. bundled programs"
-for p in xagent bitship-compiler gpu_test gpu_reduce; do
+for p in xagent bitship-compiler bitship-gpu gpu_test gpu_reduce; do
   # In env's arguments, not before it: the system's env must not see it (its own loader would list
   # env's libraries instead).
   trace=$(run LD_TRACE_LOADED_OBJECTS=1 "$PREFIX/bin/$p" 2>&1)

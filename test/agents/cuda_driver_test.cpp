@@ -54,9 +54,9 @@ TEST_CASE("a library that is not a working CUDA driver is no_device with the rea
     CHECK_THAT(other.error().message, Catch::Contains("lacks the driver API"));
 }
 
-TEST_CASE("xagent and bitship-compiler are not linked against libcuda", "[unit]") {
+TEST_CASE("xagent bitship-compiler and bitship-gpu are not linked against libcuda", "[unit]") {
     const std::filesystem::path xagent = launch::AgentProcess::binary();
-    for (const auto& binary : {xagent, xagent.parent_path() / "bitship-compiler"}) {
+    for (const auto& binary : {xagent, xagent.parent_path() / "bitship-compiler", xagent.parent_path() / "bitship-gpu"}) {
         INFO(binary);
         auto deps = run_ldd(binary);
         CHECK_THAT(deps, Catch::Contains("libc.so.6")); // ldd read it

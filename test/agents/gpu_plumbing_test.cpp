@@ -19,14 +19,17 @@
 #include <bitship/bundle.hpp>
 #include <bitship/client.hpp>
 #include <catch2/catch.hpp>
+#include <cctype>
 #include <chrono>
 #include <csignal>
 #include <cstring>
 #include <device_kernels.hpp>
 #include <dlfcn.h>
+#include <filesystem>
 #include <fstream>
 #include <gpu_ops_kernels.hpp>
 #include <latch>
+#include <sstream>
 #include <sys/wait.h>
 #include <thread>
 #include <vector>
@@ -95,6 +98,26 @@ std::int32_t sysfs_numa_node() {
     int node = -1;
     if (!(in >> node)) return -1;
     return node;
+}
+
+/// The pids of `parent`'s children named `name` (/proc/PID/stat: "pid (comm) state ppid ...").
+std::vector<pid_t> children_named(pid_t parent, const std::string& name) {
+    std::vector<pid_t> out;
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+        const std::string pid = entry.path().filename().string();
+        if (pid.empty() || !std::isdigit(static_cast<unsigned char>(pid[0]))) continue;
+        std::ifstream in(entry.path() / "stat");
+        std::string line;
+        if (!std::getline(in, line)) continue;
+        const auto open = line.find('('), close = line.rfind(')');
+        if (open == std::string::npos || close == std::string::npos || close + 4 > line.size()) continue;
+        std::istringstream rest(line.substr(close + 2));
+        char state = 0;
+        pid_t ppid = 0;
+        if (rest >> state >> ppid && ppid == parent && line.substr(open + 1, close - open - 1) == name)
+            out.push_back(static_cast<pid_t>(std::stoi(pid)));
+    }
+    return out;
 }
 
 /// sum_{i < n} (i * mul + add)
@@ -463,6 +486,41 @@ TEST_CASE("gpu plumbing (fake driver): a fault is kernel_crashed and recreates t
     CHECK(g.stops_cleanly());
 }
 
+TEST_CASE("gpu plumbing (fake driver): each GPU is held by a bitship-gpu process, and one that dies "
+          "is replaced: the next call says so and the agent serves on",
+          "[integration][gpu]") {
+    FakeGpuAgent g;
+    auto first = g.client.ship(gpu_ops_kernels::sum_u64, g.target, on_gpu(), kRegionU64s).get();
+    INFO(said(first) << "\n" << g.agent.log());
+    REQUIRE(first);
+    const auto processes = children_named(g.agent.pid(), "bitship-gpu");
+    REQUIRE(processes.size() == 1);
+    REQUIRE(::kill(processes[0], SIGKILL) == 0);
+
+    // The call that finds it gone fails, naming how it ended; a new process takes its place.
+    auto lost = g.client.ship(gpu_ops_kernels::sum_u64, g.target, on_gpu(), kRegionU64s).get();
+    REQUIRE_FALSE(lost);
+    INFO(lost.error().describe() << "\n" << g.agent.log());
+    CHECK(lost.error().code == Errc::internal);
+    CHECK_THAT(lost.error().message, Catch::Contains("GPU process") && Catch::Contains("SIGKILL") &&
+                                         Catch::Contains("the context was recreated in a new GPU process") &&
+                                         Catch::Contains("GPU regions were allocated again"));
+    CHECK(g.counter("gpu_context_resets") == 1);
+    const auto replaced = children_named(g.agent.pid(), "bitship-gpu");
+    REQUIRE(replaced.size() == 1);
+    CHECK(replaced[0] != processes[0]);
+
+    // The module reloads from the PTX the agent kept; the region is there, zeroed.
+    auto zero = g.client.ship(gpu_ops_kernels::sum_u64, g.target, on_gpu(), kRegionU64s).get();
+    INFO(said(zero));
+    REQUIRE(zero);
+    CHECK(u64(*zero) == 0);
+    CHECK(g.counter("gpu_compiles") == 1);
+    // The agent ends its GPU process when it stops (and reaps it: the pid is gone).
+    CHECK(g.stops_cleanly());
+    CHECK(::kill(replaced[0], 0) != 0);
+}
+
 TEST_CASE("gpu plumbing (fake driver): a GPU call to a restarted agent that lacks the code is "
           "resent with it",
           "[integration][gpu]") {
@@ -605,8 +663,7 @@ TEST_CASE("gpu plumbing (fake driver): an sfi agent runs no GPU kernels on a wor
 // The fake itself, opened in this process through CudaApi as the agent opens it: what the cases
 // above rely on it to refuse, it refuses.
 TEST_CASE("gpu plumbing (fake driver): the fake refuses text that is not PTX, finds entries by "
-          "name, and keeps a "
-          "fault sticky until the context is reset",
+          "name, and keeps a fault sticky for the process's life as a real driver does",
           "[unit][gpu]") {
     namespace cuda = agent::cuda;
     auto loaded = agent::CudaApi::load(BITSHIP_FAKE_CUDA);
@@ -661,34 +718,35 @@ TEST_CASE("gpu plumbing (fake driver): the fake refuses text that is not PTX, fi
     CHECK(cu.cuLaunchKernel(function, 1, 1, 1, 2048, 1, 1, 0, stream, params, nullptr) ==
           cuda::kErrorInvalidValue);
 
-    // A fault is seen by the next query, then by every call in the context.
-    REQUIRE(cu.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) ==
-            cuda::kSuccess);
-    CHECK(cu.cuStreamQuery(stream) == cuda::kErrorIllegalAddress);
+    // Memory: aligned, copies checked against the allocation.
     cuda::CUdeviceptr memory = 0;
-    CHECK(cu.cuMemAlloc(&memory, 64) == cuda::kErrorIllegalAddress);
-    CHECK(cu.cuStreamSynchronize(stream) == cuda::kErrorIllegalAddress);
-    CHECK(cu.cuCtxSynchronize() == cuda::kErrorIllegalAddress);
-    CHECK(cu.cuModuleGetFunction(&function, module, "fault") == cuda::kErrorIllegalAddress);
-
-    // Until the context is reset: its handles are gone, a new one works.
-    REQUIRE(cu.cuDevicePrimaryCtxRelease(0) == cuda::kSuccess);
-    REQUIRE(cu.cuDevicePrimaryCtxReset(0) == cuda::kSuccess);
-    CHECK(cu.cuStreamQuery(stream) == 400);    // CUDA_ERROR_INVALID_HANDLE
-    CHECK(cu.cuCtxSetCurrent(context) == 709); // CUDA_ERROR_CONTEXT_IS_DESTROYED
-    REQUIRE(cu.cuDevicePrimaryCtxRetain(&context, 0) == cuda::kSuccess);
-    REQUIRE(cu.cuCtxSetCurrent(context) == cuda::kSuccess);
     REQUIRE(cu.cuMemAlloc(&memory, 64) == cuda::kSuccess);
     CHECK(memory % 256 == 0);
     std::uint64_t in = 42, out = 0;
-    REQUIRE(cu.cuStreamCreate(&stream, 0) == cuda::kSuccess);
     CHECK(cu.cuMemcpyHtoDAsync(memory, &in, sizeof in, stream) == cuda::kSuccess);
     CHECK(cu.cuMemcpyDtoHAsync(&out, memory, sizeof out, stream) == cuda::kSuccess);
     CHECK(out == 42);
     CHECK(cu.cuMemcpyDtoHAsync(&out, memory + 60, sizeof out, stream) ==
           cuda::kErrorInvalidValue); // past its end
     CHECK(cu.cuMemFree(memory) == cuda::kSuccess);
-    CHECK(cu.cuDevicePrimaryCtxRelease(0) == cuda::kSuccess);
+
+    // A fault is seen by the next query, then by every call in the context.
+    REQUIRE(cu.cuLaunchKernel(function, 1, 1, 1, 1, 1, 1, 0, stream, params, nullptr) ==
+            cuda::kSuccess);
+    CHECK(cu.cuStreamQuery(stream) == cuda::kErrorIllegalAddress);
+    CHECK(cu.cuMemAlloc(&memory, 64) == cuda::kErrorIllegalAddress);
+    CHECK(cu.cuStreamSynchronize(stream) == cuda::kErrorIllegalAddress);
+    CHECK(cu.cuCtxSynchronize() == cuda::kErrorIllegalAddress);
+    CHECK(cu.cuModuleGetFunction(&function, module, "fault") == cuda::kErrorIllegalAddress);
+
+    // A reset destroys the context and its handles, and the process stays poisoned: as an
+    // H100's driver 580 does, retaining a new context returns the same error (only a new
+    // process recovers: the agent's GpuProcess).
+    REQUIRE(cu.cuDevicePrimaryCtxRelease(0) == cuda::kSuccess);
+    REQUIRE(cu.cuDevicePrimaryCtxReset(0) == cuda::kSuccess);
+    CHECK(cu.cuStreamQuery(stream) == 400);    // CUDA_ERROR_INVALID_HANDLE
+    CHECK(cu.cuCtxSetCurrent(context) == 709); // CUDA_ERROR_CONTEXT_IS_DESTROYED
+    CHECK(cu.cuDevicePrimaryCtxRetain(&context, 0) == cuda::kErrorIllegalAddress);
 
     unsigned long long resets = 0, loads = 0;
     stats(&resets, &loads);

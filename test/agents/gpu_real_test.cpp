@@ -269,10 +269,10 @@ TEST_CASE("on a GPU, a PTX kernel runs with its arguments, result and regions, a
     auto unknown = gpu->launch(hash, "nope", {}, 8, GpuGeometry{}, 10s);
     REQUIRE_FALSE(unknown);
     CHECK(unknown.error().code == Errc::entry_not_found);
-    CHECK(gpu->context_resets() == 0);
+    CHECK(gpu->poisoned().empty());
 }
 
-TEST_CASE("on a GPU, an illegal address is kernel_crashed and the device works after it",
+TEST_CASE("on a GPU, an illegal address is kernel_crashed and poisons the device for good",
           "[gpu][needs-gpu]") {
     auto api = driver_or_skip();
     if (!api) return;
@@ -285,17 +285,15 @@ TEST_CASE("on a GPU, an illegal address is kernel_crashed and the device works a
     REQUIRE_FALSE(crashed);
     INFO(crashed.error().describe());
     CHECK(crashed.error().code == Errc::kernel_crashed);
-    CHECK_THAT(crashed.error().message, Catch::Contains("the context was recreated") &&
-                                            Catch::Contains("GPU regions were allocated again"));
-    CHECK(gpu->context_resets() == 1);
+    CHECK_THAT(crashed.error().message, Catch::Contains("CUDA_ERROR_ILLEGAL_ADDRESS") &&
+                                            Catch::Contains("the GPU context is poisoned"));
+    CHECK_THAT(gpu->poisoned(), Catch::Contains("CUDA_ERROR_ILLEGAL_ADDRESS"));
 
+    // The driver lets this process do nothing more with the GPU (a new process recovers: the
+    // agent's GpuProcess, test/gpu).
     auto sum = gpu->launch(hash, "sum_u64", bytes_of(sum_args(40, 2)), 8, GpuGeometry{}, 10s);
-    INFO((sum ? std::string() : sum.error().describe()));
-    REQUIRE(sum);
-    CHECK(u64_at(*sum) == 42);
-    std::vector<std::byte> back(4096);
-    REQUIRE(gpu->read("data", 0, back));
-    CHECK(all_zero(back));
+    REQUIRE_FALSE(sum);
+    CHECK(sum.error().code == Errc::no_device);
 }
 
 TEST_CASE("on a GPU, a kernel that never returns is kernel_timeout after its time",
@@ -315,11 +313,7 @@ TEST_CASE("on a GPU, a kernel that never returns is kernel_timeout after its tim
     INFO("returned after " << std::chrono::duration_cast<std::chrono::milliseconds>(waited).count()
                            << " ms");
     CHECK(waited < 10s);
-    CHECK(gpu->context_resets() == 1);
-
-    // Whether recreating the context stopped the kernel: the device works after it.
-    auto sum = gpu->launch(hash, "sum_u64", bytes_of(sum_args(1, 2)), 8, GpuGeometry{}, 10s);
-    INFO((sum ? std::string() : sum.error().describe()));
-    REQUIRE(sum);
-    CHECK(u64_at(*sum) == 3);
+    CHECK_THAT(gpu->poisoned(), Catch::Contains("still runs"));
+    // The device is left as it is (a release could wait for the kernel); the process's end
+    // stops it.
 }

@@ -46,7 +46,9 @@
 //   - A device failure is seen by the next cuStreamQuery, cuStreamSynchronize, cuEventSynchronize
 //     (of an event recorded after it) or cuCtxSynchronize; from then on it is sticky: every call
 //     in that context returns it (except making the context current, retaining, releasing and
-//     resetting it) until the context is destroyed.
+//     resetting it) until the context is destroyed; and, as on a real driver (580, H100), the
+//     process stays poisoned: a later cuDevicePrimaryCtxRetain returns the same error, so only a
+//     new process recovers.
 //   - cuStreamQuery of a stream behind spin_forever is CUDA_ERROR_NOT_READY; cuStreamSynchronize,
 //     cuEventSynchronize and cuCtxSynchronize wait for it, i.e. until the context is destroyed
 //     (then CUDA_ERROR_CONTEXT_IS_DESTROYED).
@@ -140,6 +142,7 @@ struct State {
     unsigned references = 0;       ///< on the primary context
     CUctx_st* primary = nullptr;   ///< the live primary context, if any
     unsigned long long resets = 0; ///< cuDevicePrimaryCtxReset calls
+    CUresult poisoned = cuda::kSuccess; ///< the sticky error this process saw, for good
     unsigned long long loads = 0;  ///< modules loaded
     std::size_t allocated = 0;     ///< bytes of device memory in use
     // Every handle ever made, freed only with the process: a destroyed handle stays invalid
@@ -225,6 +228,7 @@ std::byte* device_bytes(const CUctx_st* ctx, CUdeviceptr pointer, std::size_t by
 /// A device failure seen: sticky from now on.
 CUresult seen(CUctx_st* ctx, CUresult failure) {
     ctx->sticky = failure;
+    state().poisoned = failure;
     return failure;
 }
 
@@ -394,6 +398,7 @@ FAKE_CUDA_EXPORT CUresult cuDevicePrimaryCtxRetain(cuda::CUcontext* context, CUd
     if (CUresult r = check_device(device); r != cuda::kSuccess) return r;
     auto& s = state();
     std::lock_guard lock(s.mutex);
+    if (s.poisoned != cuda::kSuccess) return s.poisoned;
     if (s.primary == nullptr) {
         s.contexts.push_back(std::make_unique<CUctx_st>());
         s.primary = s.contexts.back().get();

@@ -1,0 +1,357 @@
+// GpuProcess (gpu_process.hpp): the agent's end of a bitship-gpu process.
+#include "gpu_process.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "core/child_process.hpp"
+#include "core/frame_io.hpp"
+#include "gpu_process_protocol.hpp"
+
+namespace bitship::agent {
+namespace proto = gpu_protocol;
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kProgramName = "bitship-gpu";
+constexpr std::string_view kPeer = "GPU process";
+/// cuInit, the primary context and the staging buffers: well under a second on an H100 host;
+/// generous for a loaded machine.
+constexpr auto kStartTimeout = std::chrono::seconds(60);
+/// Any request but a launch: a module load or a transfer of at most kMaxTransfer bytes.
+constexpr auto kRequestTimeout = std::chrono::seconds(120);
+/// A launch's answer may come this long after the kernel's own timeout (the process's wait
+/// notices it, answers, exits) before the process counts as hung and is stopped.
+constexpr auto kLaunchAnswerGrace = std::chrono::seconds(10);
+/// How long a process gets to exit by itself: after a poisoned answer (it exits at once), and
+/// when the agent closes its socket (it tears its context down).
+constexpr auto kExitGrace = std::chrono::milliseconds(5000);
+
+} // namespace
+
+struct GpuProcess::Impl {
+    Options options;
+    std::string where; ///< "GPU 0"
+    proto::Ready info; ///< the first process's READY: constant afterwards
+
+    mutable std::mutex mutex;
+    ChildProcess child;               ///< pid -1 when none runs
+    std::string broken;               ///< why none runs (a restart failed); empty otherwise
+    std::vector<GpuDevice::RegionView> regions;
+    std::map<CodeHash, std::string> modules; ///< every module's PTX
+    std::set<CodeHash> loaded;        ///< those the current process has loaded
+    std::atomic<std::uint64_t> restarts{0};
+
+    ~Impl() {
+        std::lock_guard lock(mutex);
+        stop(kExitGrace);
+    }
+
+    /// Ends the process (closing its socket first: a healthy one exits by itself) and says how
+    /// it ended: "" for a clean exit.
+    std::string stop(std::chrono::milliseconds grace) {
+        if (child.fd >= 0) ::close(child.fd);
+        child.fd = -1;
+        loaded.clear();
+        if (child.pid < 0) return {};
+        const ChildEnd end = end_child(child.pid, grace);
+        child.pid = -1;
+        if (!end.known) return "its exit status is unknown";
+        if (end.exited) return end.status == 0 ? "" : fmt::format("it exited with status {}", end.status);
+        if (end.killed_by_us) return "it was stopped";
+        return fmt::format("it was killed by {}", signal_name(end.signal));
+    }
+
+    /// A new process, READY, with the regions allocated again. Sets `info` the first time; a
+    /// later process must report the same GPU.
+    Result<void> begin(bool first) {
+        std::vector<std::string> argv = {options.program.string(), "--ordinal", std::to_string(options.ordinal)};
+        if (!options.cuda_library.empty()) argv.insert(argv.end(), {"--cuda-library", options.cuda_library});
+        auto spawned = spawn_with_socket(argv, proto::kProcessFd);
+        if (!spawned) return tl::make_unexpected(spawned.error());
+        child = *spawned;
+        auto frame = read_frame(child.fd, proto::kMaxFrame, kPeer, Clock::now() + kStartTimeout);
+        auto failed = [&](const std::string& why) {
+            auto ended = stop(std::chrono::milliseconds(0));
+            return fail(Errc::no_device, fmt::format("{}: the GPU process did not start: {}{}", where, why,
+                                                     ended.empty() ? "" : " (" + ended + ")"));
+        };
+        if (!frame) return failed(frame.error().message);
+        if (auto type = proto::type_of(*frame); type && *type == proto::Type::failed) {
+            auto f = proto::decode_failed(*frame);
+            return failed(f ? f->error.message : f.error().message);
+        }
+        auto ready = proto::decode_ready(*frame);
+        if (!ready) return failed(ready.error().message);
+        if (first) {
+            info = std::move(*ready);
+        } else if (ready->name != info.name || ready->pci_bus_id != info.pci_bus_id) {
+            return failed(fmt::format("it opened {} ({}) where the agent had {} ({})", ready->name, ready->pci_bus_id,
+                                      info.name, info.pci_bus_id));
+        }
+        for (const auto& r : regions) {
+            auto added = request(proto::encode(proto::AddRegion{r.name, r.size}), Clock::now() + kRequestTimeout);
+            if (!added) return failed(fmt::format("region '{}' ({} bytes): {}", r.name, r.size, added.error().message));
+        }
+        broken.clear();
+        return {};
+    }
+
+    struct Answer {
+        std::vector<std::byte> frame; ///< OK
+    };
+    struct Trouble {
+        Error error;
+        bool ended = false; ///< the process is gone: restart it
+    };
+    /// Sends `frame` and reads the answer: OK's frame, or FAILED's error. A poisoned FAILED,
+    /// a lost socket or a missed deadline ends the process (the caller restarts it).
+    /// `on_hang`: the error code when the deadline passes.
+    tl::expected<Answer, Trouble> exchange(std::span<const std::byte> frame, Clock::time_point deadline, Errc on_hang) {
+        auto gone = [&](Errc code, std::string why) {
+            auto ended = stop(std::chrono::milliseconds(0));
+            return tl::make_unexpected(Trouble{Error{code, fmt::format("{}: {}{}", where, why, ended.empty() ? "" : " (" + ended + ")")}, true});
+        };
+        if (auto sent = write_frame(child.fd, frame, kPeer); !sent) return gone(Errc::internal, sent.error().message);
+        auto reply = read_frame(child.fd, proto::kMaxFrame, kPeer, deadline);
+        if (!reply) {
+            if (reply.error().code == Errc::timeout)
+                return gone(on_hang, "the GPU process did not answer in time and was stopped");
+            return gone(Errc::internal, fmt::format("the GPU process was lost: {}", reply.error().message));
+        }
+        auto type = proto::type_of(*reply);
+        if (!type) return gone(Errc::internal, type.error().message);
+        if (*type == proto::Type::ok) return Answer{std::move(*reply)};
+        if (*type != proto::Type::failed) return gone(Errc::internal, fmt::format("the GPU process answered with message type {}", static_cast<int>(*type)));
+        auto failed = proto::decode_failed(*reply);
+        if (!failed) return gone(Errc::internal, failed.error().message);
+        if (!failed->poisoned) return tl::make_unexpected(Trouble{std::move(failed->error), false});
+        // Its last word: it exits right after.
+        auto ended = stop(kExitGrace);
+        if (!ended.empty()) failed->error.message += fmt::format(" (the GPU process: {})", ended);
+        return tl::make_unexpected(Trouble{std::move(failed->error), true});
+    }
+
+    /// exchange() for a request whose OK carries nothing of interest, without restarting.
+    Result<void> request(std::span<const std::byte> frame, Clock::time_point deadline) {
+        auto answer = exchange(frame, deadline, Errc::internal);
+        if (!answer) return tl::make_unexpected(answer.error().error);
+        return {};
+    }
+
+    /// After the process ended: another, and what the failed call's message adds.
+    std::string restart_and_say() {
+        if (auto r = begin(false); !r) {
+            broken = r.error().message;
+            return fmt::format("; recreating the context in a new GPU process failed ({}): the GPU is unusable until a "
+                               "later call recreates it",
+                               broken);
+        }
+        restarts.fetch_add(1, std::memory_order_relaxed);
+        return std::string("; the context was recreated in a new GPU process") +
+               (regions.empty() ? "" : ", GPU regions were allocated again (their contents are lost)");
+    }
+
+    /// The start of every call: a process to talk to (started again if an earlier restart
+    /// failed).
+    Result<void> ready() {
+        if (child.pid >= 0) return {};
+        if (auto r = begin(false); !r) {
+            broken = r.error().message;
+            return fail(Errc::no_device, fmt::format("{} is unusable: its context could not be recreated: {}", where, broken));
+        }
+        restarts.fetch_add(1, std::memory_order_relaxed);
+        return {};
+    }
+
+    /// A request of a call: its OK frame, or its error; a process that ended is restarted
+    /// and the error says so.
+    Result<std::vector<std::byte>> call(std::span<const std::byte> frame, Clock::time_point deadline, Errc on_hang) {
+        if (auto r = ready(); !r) return tl::make_unexpected(r.error());
+        auto answer = exchange(frame, deadline, on_hang);
+        if (answer) return std::move(answer->frame);
+        Error error = std::move(answer.error().error);
+        if (answer.error().ended) error.message += restart_and_say();
+        return tl::make_unexpected(std::move(error));
+    }
+
+    /// Loads module `hash` in the current process, from its kept PTX, unless it has.
+    Result<void> ensure_loaded(const CodeHash& hash) {
+        if (loaded.contains(hash)) return {};
+        auto m = modules.find(hash);
+        if (m == modules.end())
+            return fail(Errc::entry_not_found, fmt::format("{}: module {} is not loaded", where, to_hex(hash, 12)));
+        auto r = call(proto::encode(proto::LoadModule{hash, m->second}), Clock::now() + kRequestTimeout, Errc::internal);
+        if (!r) return tl::make_unexpected(r.error());
+        loaded.insert(hash);
+        return {};
+    }
+
+    const GpuDevice::RegionView* find_region(std::string_view name) const {
+        auto it = std::find_if(regions.begin(), regions.end(), [&](const auto& r) { return r.name == name; });
+        return it == regions.end() ? nullptr : &*it;
+    }
+};
+
+Result<std::filesystem::path> GpuProcess::find_program(const std::filesystem::path& configured) {
+    std::filesystem::path program = configured;
+    if (program.empty()) {
+        std::error_code ec;
+        auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+        if (ec) return fail(Errc::io_error, fmt::format("cannot read /proc/self/exe to find {}: {}", kProgramName, ec.message()));
+        program = self.parent_path() / kProgramName;
+    }
+    if (::access(program.c_str(), X_OK) != 0)
+        return fail(Errc::io_error, fmt::format("no GPU program at {} ({}): give its path (xagent --gpu-program)",
+                                                program.string(), std::strerror(errno)));
+    return program;
+}
+
+Result<std::unique_ptr<GpuProcess>> GpuProcess::start(Options options) {
+    auto impl = std::make_unique<Impl>();
+    impl->where = fmt::format("GPU {}", options.ordinal);
+    impl->options = std::move(options);
+    std::lock_guard lock(impl->mutex);
+    if (auto r = impl->begin(true); !r) return tl::make_unexpected(r.error());
+    return std::unique_ptr<GpuProcess>(new GpuProcess(std::move(impl)));
+}
+
+GpuProcess::GpuProcess(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+GpuProcess::~GpuProcess() = default;
+
+int GpuProcess::ordinal() const noexcept {
+    return impl_->options.ordinal;
+}
+const std::string& GpuProcess::name() const noexcept {
+    return impl_->info.name;
+}
+const std::string& GpuProcess::pci_bus_id() const noexcept {
+    return impl_->info.pci_bus_id;
+}
+unsigned GpuProcess::sm() const noexcept {
+    return impl_->info.sm;
+}
+unsigned GpuProcess::multiprocessors() const noexcept {
+    return impl_->info.limits.multiprocessors;
+}
+std::uint64_t GpuProcess::memory_bytes() const noexcept {
+    return impl_->info.memory_bytes;
+}
+
+GpuGeometry GpuProcess::geometry_for(const CodeHash& hash, std::string_view entry) const {
+    std::lock_guard lock(impl_->mutex);
+    auto m = impl_->modules.find(hash);
+    return m == impl_->modules.end() ? default_geometry(impl_->info.limits)
+                                     : launch_geometry(impl_->info.limits, m->second, entry);
+}
+
+Result<void> GpuProcess::add_region(const std::string& name, std::uint64_t size) {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->find_region(name) != nullptr)
+        return fail(Errc::invalid_argument, fmt::format("{}: there is a region '{}' already", impl_->where, name));
+    auto r = impl_->call(proto::encode(proto::AddRegion{name, size}), Clock::now() + kRequestTimeout, Errc::internal);
+    if (!r) return tl::make_unexpected(r.error());
+    impl_->regions.push_back(GpuDevice::RegionView{name, size, impl_->regions.size()});
+    return {};
+}
+
+std::optional<GpuDevice::RegionView> GpuProcess::region(std::string_view name) const {
+    std::lock_guard lock(impl_->mutex);
+    const auto* r = impl_->find_region(name);
+    if (r == nullptr) return std::nullopt;
+    return *r;
+}
+
+std::vector<GpuDevice::RegionView> GpuProcess::regions() const {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->regions;
+}
+
+bool GpuProcess::has_module(const CodeHash& hash) const {
+    std::lock_guard lock(impl_->mutex);
+    return impl_->modules.contains(hash);
+}
+
+Result<void> GpuProcess::load_module(const CodeHash& hash, const std::string& ptx) {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->modules.contains(hash)) return {};
+    auto r = impl_->call(proto::encode(proto::LoadModule{hash, ptx}), Clock::now() + kRequestTimeout, Errc::internal);
+    if (!r) return tl::make_unexpected(r.error());
+    impl_->modules.emplace(hash, ptx);
+    impl_->loaded.insert(hash);
+    return {};
+}
+
+Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry, std::span<const std::byte> args,
+                                 std::uint32_t result_bytes, const GpuGeometry& geometry, std::chrono::milliseconds timeout) {
+    std::lock_guard lock(impl_->mutex);
+    if (auto r = impl_->ready(); !r) return tl::make_unexpected(r.error());
+    if (auto r = impl_->ensure_loaded(hash); !r) return tl::make_unexpected(r.error());
+    proto::Launch m;
+    m.hash = hash;
+    m.entry = std::string(entry);
+    m.geometry = geometry;
+    m.result_bytes = result_bytes;
+    m.timeout = timeout;
+    m.args = args;
+    // A timeout of a year stands for "never" (--kernel-timeout-ms 0): no deadline past it.
+    const auto deadline = timeout > std::chrono::hours(24 * 365 - 1) ? Clock::time_point::max()
+                                                                     : Clock::now() + timeout + kLaunchAnswerGrace;
+    auto out = impl_->call(proto::encode(m), deadline, Errc::kernel_timeout);
+    if (!out) return tl::make_unexpected(out.error());
+    auto bytes = proto::decode_ok(*out);
+    if (!bytes) return tl::make_unexpected(bytes.error());
+    if (bytes->size() != result_bytes)
+        return fail(Errc::internal, fmt::format("{}: the GPU process returned {} result bytes for {}", impl_->where,
+                                                bytes->size(), result_bytes));
+    return Bytes(bytes->begin(), bytes->end());
+}
+
+Result<void> GpuProcess::read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
+    std::lock_guard lock(impl_->mutex);
+    const std::string region(name);
+    for (std::uint64_t done = 0; done < out.size() || (out.empty() && done == 0);) {
+        const std::uint64_t n = std::min<std::uint64_t>(proto::kMaxTransfer, out.size() - done);
+        auto r = impl_->call(proto::encode_read(region, offset + done, n), Clock::now() + kRequestTimeout, Errc::internal);
+        if (!r) return tl::make_unexpected(r.error());
+        auto bytes = proto::decode_ok(*r);
+        if (!bytes) return tl::make_unexpected(bytes.error());
+        if (bytes->size() != n)
+            return fail(Errc::internal, fmt::format("{}: the GPU process returned {} bytes of a read of {}", impl_->where,
+                                                    bytes->size(), n));
+        std::memcpy(out.data() + done, bytes->data(), n);
+        done += n;
+        if (n == 0) break;
+    }
+    return {};
+}
+
+Result<void> GpuProcess::write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in) {
+    std::lock_guard lock(impl_->mutex);
+    const std::string region(name);
+    for (std::uint64_t done = 0; done < in.size() || (in.empty() && done == 0);) {
+        const std::uint64_t n = std::min<std::uint64_t>(proto::kMaxTransfer, in.size() - done);
+        auto r = impl_->call(proto::encode_write(region, offset + done, in.subspan(done, n)), Clock::now() + kRequestTimeout,
+                             Errc::internal);
+        if (!r) return tl::make_unexpected(r.error());
+        done += n;
+        if (n == 0) break;
+    }
+    return {};
+}
+
+std::uint64_t GpuProcess::restarts() const noexcept {
+    return impl_->restarts.load(std::memory_order_relaxed);
+}
+
+} // namespace bitship::agent

@@ -1,0 +1,85 @@
+// Helper processes of bitship's own (see child_process.hpp).
+#include "child_process.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+extern char** environ;
+
+namespace bitship {
+namespace {
+constexpr auto kExitPoll = std::chrono::milliseconds(1);
+}
+
+Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int child_fd) {
+    if (argv.empty()) return fail(Errc::invalid_argument, "no program to start");
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        return fail(Errc::io_error, fmt::format("socketpair for {}: {}", argv[0], std::strerror(errno)));
+    posix_spawn_file_actions_t files;
+    posix_spawnattr_t attrs;
+    ::posix_spawn_file_actions_init(&files);
+    ::posix_spawnattr_init(&attrs);
+    ::posix_spawn_file_actions_adddup2(&files, sv[1], child_fd);
+    ::posix_spawn_file_actions_addopen(&files, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    ::posix_spawn_file_actions_addclosefrom_np(&files, child_fd + 1);
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    ::posix_spawnattr_setsigmask(&attrs, &none);
+    ::posix_spawnattr_setsigdefault(&attrs, &all);
+    ::posix_spawnattr_setflags(&attrs, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    std::vector<char*> args;
+    args.reserve(argv.size() + 1);
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = -1;
+    int rc = ::posix_spawn(&pid, argv[0].c_str(), &files, &attrs, args.data(), environ);
+    ::posix_spawn_file_actions_destroy(&files);
+    ::posix_spawnattr_destroy(&attrs);
+    ::close(sv[1]);
+    if (rc != 0) {
+        ::close(sv[0]);
+        return fail(Errc::io_error, fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));
+    }
+    return ChildProcess{pid, sv[0]};
+}
+
+ChildEnd end_child(pid_t pid, std::chrono::milliseconds grace) {
+    ChildEnd end;
+    int status = 0;
+    pid_t got = ::wait4(pid, &status, WNOHANG, &end.usage);
+    for (auto until = std::chrono::steady_clock::now() + grace; got == 0 && std::chrono::steady_clock::now() < until;) {
+        std::this_thread::sleep_for(kExitPoll);
+        got = ::wait4(pid, &status, WNOHANG, &end.usage);
+    }
+    if (got == 0) {
+        ::kill(pid, SIGKILL);
+        end.killed_by_us = true;
+        while ((got = ::wait4(pid, &status, 0, &end.usage)) < 0 && errno == EINTR) {
+        }
+    }
+    if (got <= 0) return end;
+    end.known = true;
+    end.exited = WIFEXITED(status);
+    if (end.exited) end.status = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status)) end.signal = WTERMSIG(status);
+    return end;
+}
+
+std::string signal_name(int sig) {
+    const char* abbrev = ::sigabbrev_np(sig);
+    return abbrev != nullptr ? fmt::format("SIG{}", abbrev) : fmt::format("signal {}", sig);
+}
+
+} // namespace bitship
