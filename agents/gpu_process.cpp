@@ -33,6 +33,10 @@ constexpr auto kRequestTimeout = std::chrono::seconds(120);
 /// A launch's answer may come this long after the kernel's own timeout (the process's wait
 /// notices it, answers, exits) before the process counts as hung and is stopped.
 constexpr auto kLaunchAnswerGrace = std::chrono::seconds(10);
+/// How long the agent polls for an answer before it sleeps on the socket: a GPU call that ends
+/// within it (a pass over a few GiB of GPU memory) skips a wake-up of the agent's thread. As
+/// long as the GPU process spins on its stream.
+constexpr auto kAnswerSpin = std::chrono::milliseconds(5);
 /// How long a process gets to exit by itself: after a poisoned answer (it exits at once), and
 /// when the agent closes its socket (it tears its context down).
 constexpr auto kExitGrace = std::chrono::milliseconds(5000);
@@ -123,6 +127,7 @@ struct GpuProcess::Impl {
             return tl::make_unexpected(Trouble{Error{code, fmt::format("{}: {}{}", where, why, ended.empty() ? "" : " (" + ended + ")")}, true});
         };
         if (auto sent = write_frame(child.fd, frame, kPeer); !sent) return gone(Errc::internal, sent.error().message);
+        spin_until_readable(child.fd, kAnswerSpin);
         auto reply = read_frame(child.fd, proto::kMaxFrame, kPeer, deadline);
         if (!reply) {
             if (reply.error().code == Errc::timeout)

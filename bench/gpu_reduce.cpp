@@ -8,6 +8,9 @@
 //                         first would make the "cold" call warm.
 //   (b) shipped sum       --reps shipped sum_u64 calls over the whole region, each checked
 //                         against the closed-form sum of data[i] = i * mul + add
+//   (b0) and (c0)         the same calls over 0 items: what a call costs beyond the kernel's
+//                         pass (shipped: the client's round trip, the agent, its GPU process,
+//                         the launch and the result; native: the launch alone)
 //   (c) native sum        the same kernel from bench/kernels/gpu_reduce_native.cu (nvcc, sm_90
 //                         cubin) launched in this process on its own buffer of the same size,
 //                         with the agent's default geometry; launch + cuStreamSynchronize
@@ -397,6 +400,18 @@ int main(int argc, char** argv) {
             print_row("(b) shipped sum (cached)", *shipped_s,
                       fmt::format("{:.0f} GB/s read", gb_per_s(double(bytes), shipped_s->median)));
             rows.push_back({{{"row", "shipped_sum"}}, *shipped_s, {{"bytes", double(bytes)}}});
+
+            samples.clear();
+            for (int i = 0; i < cfg.warmup + cfg.reps; ++i) {
+                auto t = Clock::now();
+                auto got = u64_of(must(client.ship(gpu_reduce_kernels::sum_u64, *target, on_gpu(), std::uint64_t{0}).get(), "empty sum_u64"));
+                const double us = us_since(t);
+                if (got != 0) failures.push_back(fmt::format("shipped sum of 0 items {}: {:#x}", i, got));
+                if (i >= cfg.warmup) samples.push_back(us);
+            }
+            auto empty = bench::summarise(samples);
+            print_row("(b0) shipped sum of 0 items", empty, "a GPU call's fixed cost");
+            rows.push_back({{{"row", "shipped_sum_empty"}}, empty, {}});
         }
 
         // (c) and (d): this process's own context, buffer and the nvcc kernels.
@@ -418,6 +433,17 @@ int main(int argc, char** argv) {
                 print_row("(c) native sum (nvcc cubin)", *native_s,
                           fmt::format("{:.0f} GB/s read", gb_per_s(double(bytes), native_s->median)));
                 rows.push_back({{{"row", "native_sum"}}, *native_s, {{"bytes", double(bytes)}}});
+
+                samples.clear();
+                for (int i = 0; i < cfg.warmup + cfg.reps; ++i) {
+                    double us = 0;
+                    if (auto got = native->sum(0, us); got != 0)
+                        failures.push_back(fmt::format("native sum of 0 items {}: {:#x}", i, got));
+                    if (i >= cfg.warmup) samples.push_back(us);
+                }
+                auto empty = bench::summarise(samples);
+                print_row("(c0) native sum of 0 items", empty, "a launch and its synchronize");
+                rows.push_back({{{"row", "native_sum_empty"}}, empty, {}});
 
                 samples.clear();
                 for (int i = 0; i < cfg.warmup + cfg.reps; ++i) {

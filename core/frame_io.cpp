@@ -75,6 +75,14 @@ Result<void> write_frame(int fd, std::span<const std::byte> payload, std::string
     return {};
 }
 
+void spin_until_readable(int fd, std::chrono::nanoseconds spin) {
+    const auto until = Clock::now() + spin;
+    do {
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, 0) != 0) return; // readable, closed, or an error the read will name
+    } while (Clock::now() < until);
+}
+
 Result<std::vector<std::byte>> read_frame(int fd, std::uint32_t max, std::string_view peer, std::optional<Clock::time_point> deadline) {
     std::byte header[kHeaderBytes];
     if (auto h = read_exact(fd, header, peer, deadline); !h) return tl::make_unexpected(h.error());

@@ -29,4 +29,9 @@ Result<void> write_frame(int fd, std::span<const std::byte> payload, std::string
 Result<std::vector<std::byte>> read_frame(int fd, std::uint32_t max, std::string_view peer,
                                           std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
+/// Polls `fd` without sleeping until it is readable (or closed) or `spin` has passed: a reader
+/// that expects an answer soon skips the wake-up a blocking read would cost (tens of µs when
+/// the core it waits on has gone idle, as in a VM), and then reads as usual.
+void spin_until_readable(int fd, std::chrono::nanoseconds spin);
+
 } // namespace bitship
