@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -37,6 +38,8 @@ constexpr auto kLaunchAnswerGrace = std::chrono::seconds(10);
 /// within it (a pass over a few GiB of GPU memory) skips a wake-up of the agent's thread. As
 /// long as the GPU process spins on its stream.
 constexpr auto kAnswerSpin = std::chrono::milliseconds(5);
+/// How long a process whose socket broke gets to end by itself before it is stopped.
+constexpr auto kLostGrace = std::chrono::milliseconds(1000);
 /// How long a process gets to exit by itself: after a poisoned answer (it exits at once), and
 /// when the agent closes its socket (it tears its context down).
 constexpr auto kExitGrace = std::chrono::milliseconds(5000);
@@ -49,6 +52,7 @@ struct GpuProcess::Impl {
     proto::Ready info; ///< the first process's READY: constant afterwards
 
     mutable std::mutex mutex;
+    std::optional<proto::Window> window; ///< made once, passed to every process
     ChildProcess child;               ///< pid -1 when none runs
     std::string broken;               ///< why none runs (a restart failed); empty otherwise
     std::vector<GpuDevice::RegionView> regions;
@@ -81,7 +85,8 @@ struct GpuProcess::Impl {
     Result<void> begin(bool first) {
         std::vector<std::string> argv = {options.program.string(), "--ordinal", std::to_string(options.ordinal)};
         if (!options.cuda_library.empty()) argv.insert(argv.end(), {"--cuda-library", options.cuda_library});
-        auto spawned = spawn_with_socket(argv, proto::kProcessFd);
+        static_assert(proto::kWindowFd == proto::kProcessFd + 1);
+        auto spawned = spawn_with_socket(argv, proto::kProcessFd, {window->fd()});
         if (!spawned) return tl::make_unexpected(spawned.error());
         child = *spawned;
         auto frame = read_frame(child.fd, proto::kMaxFrame, kPeer, Clock::now() + kStartTimeout);
@@ -122,8 +127,10 @@ struct GpuProcess::Impl {
     /// a lost socket or a missed deadline ends the process (the caller restarts it).
     /// `on_hang`: the error code when the deadline passes.
     tl::expected<Answer, Trouble> exchange(std::span<const std::byte> frame, Clock::time_point deadline, Errc on_hang) {
-        auto gone = [&](Errc code, std::string why) {
-            auto ended = stop(std::chrono::milliseconds(0));
+        // A process that hung is stopped at once; one whose socket broke is most likely ending
+        // already, and gets a moment to, so that its error says how it ended.
+        auto gone = [&](Errc code, std::string why, std::chrono::milliseconds grace = kLostGrace) {
+            auto ended = stop(grace);
             return tl::make_unexpected(Trouble{Error{code, fmt::format("{}: {}{}", where, why, ended.empty() ? "" : " (" + ended + ")")}, true});
         };
         if (auto sent = write_frame(child.fd, frame, kPeer); !sent) return gone(Errc::internal, sent.error().message);
@@ -131,7 +138,7 @@ struct GpuProcess::Impl {
         auto reply = read_frame(child.fd, proto::kMaxFrame, kPeer, deadline);
         if (!reply) {
             if (reply.error().code == Errc::timeout)
-                return gone(on_hang, "the GPU process did not answer in time and was stopped");
+                return gone(on_hang, "the GPU process did not answer in time and was stopped", std::chrono::milliseconds(0));
             return gone(Errc::internal, fmt::format("the GPU process was lost: {}", reply.error().message));
         }
         auto type = proto::type_of(*reply);
@@ -226,6 +233,9 @@ Result<std::unique_ptr<GpuProcess>> GpuProcess::start(Options options) {
     auto impl = std::make_unique<Impl>();
     impl->where = fmt::format("GPU {}", options.ordinal);
     impl->options = std::move(options);
+    auto window = proto::Window::create();
+    if (!window) return tl::make_unexpected(window.error());
+    impl->window.emplace(std::move(*window));
     std::lock_guard lock(impl->mutex);
     if (auto r = impl->begin(true); !r) return tl::make_unexpected(r.error());
     return std::unique_ptr<GpuProcess>(new GpuProcess(std::move(impl)));
@@ -300,6 +310,11 @@ Result<void> GpuProcess::load_module(const CodeHash& hash, const std::string& pt
 Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry, std::span<const std::byte> args,
                                  std::uint32_t result_bytes, const GpuGeometry& geometry, std::chrono::milliseconds timeout) {
     std::lock_guard lock(impl_->mutex);
+    auto window = impl_->window->bytes();
+    if (args.size() > window.size() || result_bytes > window.size())
+        return fail(Errc::too_large, fmt::format("{}: a GPU call's arguments ({} bytes) and result ({} bytes) must each fit "
+                                                 "the GPU process's window of {} bytes",
+                                                 impl_->where, args.size(), result_bytes, window.size()));
     if (auto r = impl_->ready(); !r) return tl::make_unexpected(r.error());
     if (auto r = impl_->ensure_loaded(hash); !r) return tl::make_unexpected(r.error());
     proto::Launch m;
@@ -308,7 +323,8 @@ Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry, s
     m.geometry = geometry;
     m.result_bytes = result_bytes;
     m.timeout = timeout;
-    m.args = args;
+    m.args_bytes = args.size();
+    std::memcpy(window.data(), args.data(), args.size());
     // A timeout of a year stands for "never" (--kernel-timeout-ms 0): no deadline past it.
     const auto deadline = timeout > std::chrono::hours(24 * 365 - 1) ? Clock::time_point::max()
                                                                      : Clock::now() + timeout + kLaunchAnswerGrace;
@@ -316,42 +332,45 @@ Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry, s
     if (!out) return tl::make_unexpected(out.error());
     auto bytes = proto::decode_ok(*out);
     if (!bytes) return tl::make_unexpected(bytes.error());
-    if (bytes->size() != result_bytes)
-        return fail(Errc::internal, fmt::format("{}: the GPU process returned {} result bytes for {}", impl_->where,
-                                                bytes->size(), result_bytes));
-    return Bytes(bytes->begin(), bytes->end());
+    if (*bytes != result_bytes)
+        return fail(Errc::internal, fmt::format("{}: the GPU process returned {} result bytes for {}", impl_->where, *bytes,
+                                                result_bytes));
+    return Bytes(window.begin(), window.begin() + static_cast<std::ptrdiff_t>(result_bytes));
 }
 
+// Reads and writes go through the window in pieces of at most its size (a zero-length one still
+// asks the process, which checks the range).
 Result<void> GpuProcess::read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
     std::lock_guard lock(impl_->mutex);
-    const std::string region(name);
-    for (std::uint64_t done = 0; done < out.size() || (out.empty() && done == 0);) {
-        const std::uint64_t n = std::min<std::uint64_t>(proto::kMaxTransfer, out.size() - done);
-        auto r = impl_->call(proto::encode_read(region, offset + done, n), Clock::now() + kRequestTimeout, Errc::internal);
+    auto window = impl_->window->bytes();
+    std::uint64_t done = 0;
+    do {
+        const std::uint64_t n = std::min<std::uint64_t>(window.size(), out.size() - done);
+        auto r = impl_->call(proto::encode_read({std::string(name), offset + done, n}), Clock::now() + kRequestTimeout,
+                             Errc::internal);
         if (!r) return tl::make_unexpected(r.error());
         auto bytes = proto::decode_ok(*r);
         if (!bytes) return tl::make_unexpected(bytes.error());
-        if (bytes->size() != n)
-            return fail(Errc::internal, fmt::format("{}: the GPU process returned {} bytes of a read of {}", impl_->where,
-                                                    bytes->size(), n));
-        std::memcpy(out.data() + done, bytes->data(), n);
+        if (*bytes != n)
+            return fail(Errc::internal, fmt::format("{}: the GPU process returned {} bytes of a read of {}", impl_->where, *bytes, n));
+        std::memcpy(out.data() + done, window.data(), n);
         done += n;
-        if (n == 0) break;
-    }
+    } while (done < out.size());
     return {};
 }
 
 Result<void> GpuProcess::write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in) {
     std::lock_guard lock(impl_->mutex);
-    const std::string region(name);
-    for (std::uint64_t done = 0; done < in.size() || (in.empty() && done == 0);) {
-        const std::uint64_t n = std::min<std::uint64_t>(proto::kMaxTransfer, in.size() - done);
-        auto r = impl_->call(proto::encode_write(region, offset + done, in.subspan(done, n)), Clock::now() + kRequestTimeout,
+    auto window = impl_->window->bytes();
+    std::uint64_t done = 0;
+    do {
+        const std::uint64_t n = std::min<std::uint64_t>(window.size(), in.size() - done);
+        std::memcpy(window.data(), in.data() + done, n);
+        auto r = impl_->call(proto::encode_write({std::string(name), offset + done, n}), Clock::now() + kRequestTimeout,
                              Errc::internal);
         if (!r) return tl::make_unexpected(r.error());
         done += n;
-        if (n == 0) break;
-    }
+    } while (done < in.size());
     return {};
 }
 

@@ -73,13 +73,15 @@ public:
     [[nodiscard]] bool has_module(const CodeHash& hash) const;
     /// As GpuDevice::load_module.
     Result<void> load_module(const CodeHash& hash, const std::string& ptx);
-    /// As GpuDevice::launch. A kernel_crashed or kernel_timeout (and any error that poisoned the
+    /// As GpuDevice::launch; too_large when the arguments or the result do not fit the window
+    /// (gpu_protocol::kWindowBytes). A kernel_crashed or kernel_timeout (and any error that poisoned the
     /// context, or the process's death) restarts the process: the error then says "the context
     /// was recreated in a new GPU process", and "GPU regions were allocated again (their
     /// contents are lost)" when there are any.
     Result<Bytes> launch(const CodeHash& hash, std::string_view entry, std::span<const std::byte> args,
                          std::uint32_t result_bytes, const GpuGeometry& geometry, std::chrono::milliseconds timeout);
-    /// As GpuDevice::read and write, in pieces of at most gpu_protocol::kMaxTransfer bytes.
+    /// As GpuDevice::read and write, through the shared window (gpu_process_protocol.hpp) in
+    /// pieces of at most its size.
     Result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out);
     Result<void> write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in);
 

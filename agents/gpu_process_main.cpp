@@ -1,6 +1,6 @@
 // bitship-gpu: the process that holds one GPU's CUDA context for an xagent (gpu_process.hpp).
-// The agent starts one per GPU with its end of a socket on fd 3, and talks to it in the frames
-// of gpu_process_protocol.hpp. The process opens the driver (dlopen, never linked) and the GPU,
+// The agent starts one per GPU with its end of a socket on fd 3 and the shared window for bulk
+// bytes on fd 4, and talks to it in the frames of gpu_process_protocol.hpp. The process opens the driver (dlopen, never linked) and the GPU,
 // says READY, then serves one request at a time until the agent closes the socket.
 //
 // When its context is poisoned (a sticky error, or a kernel still running past its timeout) it
@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -45,7 +46,8 @@ bool send(const std::vector<std::byte>& frame) {
     return static_cast<bool>(write_frame(proto::kProcessFd, frame, kPeer));
 }
 
-std::vector<std::byte> serve(GpuDevice& gpu, std::span<const std::byte> frame) {
+/// One request, done; its answer. Bulk bytes are in `window` (gpu_process_protocol.hpp).
+std::vector<std::byte> serve(GpuDevice& gpu, std::span<std::byte> window, std::span<const std::byte> frame) {
     auto failed = [&](const Error& e) { return proto::encode(proto::Failed{e, !gpu.poisoned().empty()}); };
     auto type = proto::type_of(frame);
     if (!type) return failed(type.error());
@@ -54,33 +56,33 @@ std::vector<std::byte> serve(GpuDevice& gpu, std::span<const std::byte> frame) {
         auto m = proto::decode_add_region(frame);
         if (!m) return failed(m.error());
         if (auto r = gpu.add_region(m->name, m->size); !r) return failed(r.error());
-        return proto::encode_ok({});
+        return proto::encode_ok();
     }
     case proto::Type::load_module: {
         auto m = proto::decode_load_module(frame);
         if (!m) return failed(m.error());
         if (auto r = gpu.load_module(m->hash, m->ptx); !r) return failed(r.error());
-        return proto::encode_ok({});
+        return proto::encode_ok();
     }
-    case proto::Type::launch: {
+    case proto::Type::launch: { // the decoder holds both sizes to the window's
         auto m = proto::decode_launch(frame);
         if (!m) return failed(m.error());
-        auto out = gpu.launch(m->hash, m->entry, m->args, m->result_bytes, m->geometry, m->timeout);
+        auto out = gpu.launch(m->hash, m->entry, window.first(m->args_bytes), m->result_bytes, m->geometry, m->timeout);
         if (!out) return failed(out.error());
-        return proto::encode_ok(*out);
+        std::memcpy(window.data(), out->data(), out->size());
+        return proto::encode_ok(out->size());
     }
     case proto::Type::read: {
         auto m = proto::decode_read(frame);
         if (!m) return failed(m.error());
-        std::vector<std::byte> bytes(m->length);
-        if (auto r = gpu.read(m->region, m->offset, bytes); !r) return failed(r.error());
-        return proto::encode_ok(bytes);
+        if (auto r = gpu.read(m->region, m->offset, window.first(m->length)); !r) return failed(r.error());
+        return proto::encode_ok(m->length);
     }
     case proto::Type::write: {
         auto m = proto::decode_write(frame);
         if (!m) return failed(m.error());
-        if (auto r = gpu.write(m->region, m->offset, m->bytes); !r) return failed(r.error());
-        return proto::encode_ok({});
+        if (auto r = gpu.write(m->region, m->offset, window.first(m->length)); !r) return failed(r.error());
+        return proto::encode_ok();
     }
     default:
         return failed(Error{Errc::malformed_message, fmt::format("GPU process protocol: message type {} is not a request",
@@ -112,6 +114,11 @@ int main(int argc, char** argv) {
     // GPU processes from worker threads. An agent that ends closes the socket, which ends the
     // loop below (a kernel still running first runs to its timeout).
 
+    auto window = proto::Window::map(proto::kWindowFd);
+    if (!window) {
+        (void)send(proto::encode(proto::Failed{window.error(), false}));
+        return kExitStartFailed;
+    }
     auto driver = load_cuda_driver(library);
     auto gpu = driver ? GpuDevice::open(driver->api, ordinal)
                       : Result<std::unique_ptr<GpuDevice>>(tl::make_unexpected(driver.error()));
@@ -135,7 +142,7 @@ int main(int argc, char** argv) {
             std::fprintf(stderr, "bitship-gpu: GPU %d: %s\n", ordinal, frame.error().describe().c_str());
             return kExitSocketLost;
         }
-        const bool sent = send(serve(**gpu, *frame));
+        const bool sent = send(serve(**gpu, window->bytes(), *frame));
         if (!(*gpu)->poisoned().empty()) ::_exit(0); // see the header: no teardown
         if (!sent) return kExitSocketLost;
     }

@@ -2,6 +2,14 @@
 // decoding.
 #include "gpu_process_protocol.hpp"
 
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "core/byte_io.hpp"
@@ -79,29 +87,56 @@ Result<Transfer> decode_transfer(std::span<const std::byte> frame, Type type) {
     const char* what = type == Type::read ? "READ" : "WRITE";
     auto r = open(frame, type);
     if (!r) return tl::make_unexpected(r.error());
-    Transfer t;
     auto region = text(*r, kMaxName);
     auto offset = r->u64();
-    if (!region || !offset) return tl::make_unexpected(malformed(fmt::format("truncated {}", what)));
-    t.region = std::move(*region);
-    t.offset = *offset;
-    if (type == Type::read) {
-        auto length = r->u64();
-        if (!length) return tl::make_unexpected(malformed("truncated READ"));
-        t.length = *length;
-    } else {
-        auto bytes = r->blob32();
-        if (!bytes) return tl::make_unexpected(malformed("truncated WRITE"));
-        t.bytes = *bytes;
-        t.length = bytes->size();
-    }
-    if (t.length > kMaxTransfer)
-        return tl::make_unexpected(malformed(fmt::format("a {} of {} bytes (at most {})", what, t.length, kMaxTransfer)));
+    auto length = r->u64();
+    if (!region || !offset || !length) return tl::make_unexpected(malformed(fmt::format("truncated {}", what)));
+    if (*length > kWindowBytes)
+        return tl::make_unexpected(malformed(fmt::format("a {} of {} bytes (the window holds {})", what, *length, kWindowBytes)));
     if (auto end = at_end(*r, what); !end) return tl::make_unexpected(end.error());
-    return t;
+    return Transfer{std::move(*region), *offset, *length};
+}
+
+std::vector<std::byte> encode_transfer(Type type, const Transfer& m) {
+    auto w = start(type);
+    put_text(w, m.region);
+    w.u64(m.offset);
+    w.u64(m.length);
+    return std::move(w).take();
 }
 
 } // namespace
+
+Result<Window> Window::create() {
+    int fd = ::memfd_create("bitship-gpu-window", MFD_CLOEXEC);
+    if (fd < 0) return fail(Errc::io_error, fmt::format("memfd_create for the GPU process's window: {}", std::strerror(errno)));
+    if (::ftruncate(fd, static_cast<off_t>(kWindowBytes)) != 0) {
+        const int e = errno;
+        ::close(fd);
+        return fail(Errc::io_error, fmt::format("sizing the GPU process's window: {}", std::strerror(e)));
+    }
+    auto window = map(fd);
+    if (!window) ::close(fd);
+    return window;
+}
+
+Result<Window> Window::map(int fd) {
+    struct stat st{};
+    if (::fstat(fd, &st) != 0) return fail(Errc::io_error, fmt::format("the GPU window (fd {}): {}", fd, std::strerror(errno)));
+    if (static_cast<std::uint64_t>(st.st_size) != kWindowBytes)
+        return fail(Errc::invalid_argument, fmt::format("the GPU window (fd {}) has {} bytes, not {}", fd, st.st_size, kWindowBytes));
+    void* p = ::mmap(nullptr, kWindowBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) return fail(Errc::io_error, fmt::format("mapping the GPU window: {}", std::strerror(errno)));
+    return Window(fd, static_cast<std::byte*>(p), kWindowBytes);
+}
+
+Window::Window(Window&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+Window::~Window() {
+    if (data_ != nullptr) ::munmap(data_, size_);
+    if (fd_ >= 0) ::close(fd_);
+}
 
 std::vector<std::byte> encode(const Ready& m) {
     auto w = start(Type::ready);
@@ -132,36 +167,27 @@ std::vector<std::byte> encode(const LoadModule& m) {
 }
 
 std::vector<std::byte> encode(const Launch& m) {
-    auto w = start(Type::launch, 128 + m.entry.size() + m.args.size());
+    auto w = start(Type::launch, 128 + m.entry.size());
     put_hash(w, m.hash);
     put_text(w, m.entry);
     put_dims(w, m.geometry.grid);
     put_dims(w, m.geometry.block);
     w.u32(m.result_bytes);
     w.u64(static_cast<std::uint64_t>(std::max<std::int64_t>(m.timeout.count(), 0)));
-    w.blob32(m.args);
+    w.u64(m.args_bytes);
     return std::move(w).take();
 }
 
-std::vector<std::byte> encode_read(const std::string& region, std::uint64_t offset, std::uint64_t length) {
-    auto w = start(Type::read);
-    put_text(w, region);
-    w.u64(offset);
-    w.u64(length);
-    return std::move(w).take();
+std::vector<std::byte> encode_read(const Transfer& m) {
+    return encode_transfer(Type::read, m);
+}
+std::vector<std::byte> encode_write(const Transfer& m) {
+    return encode_transfer(Type::write, m);
 }
 
-std::vector<std::byte> encode_write(const std::string& region, std::uint64_t offset, std::span<const std::byte> bytes) {
-    auto w = start(Type::write, 16 + region.size() + bytes.size());
-    put_text(w, region);
-    w.u64(offset);
-    w.blob32(bytes);
-    return std::move(w).take();
-}
-
-std::vector<std::byte> encode_ok(std::span<const std::byte> bytes) {
-    auto w = start(Type::ok, 4 + bytes.size());
-    w.blob32(bytes);
+std::vector<std::byte> encode_ok(std::uint64_t window_bytes) {
+    auto w = start(Type::ok);
+    w.u64(window_bytes);
     return std::move(w).take();
 }
 
@@ -238,15 +264,18 @@ Result<Launch> decode_launch(std::span<const std::byte> frame) {
         return tl::make_unexpected(malformed("truncated LAUNCH"));
     auto result_bytes = r->u32();
     auto timeout = r->u64();
-    auto args = r->blob32();
+    auto args = r->u64();
     if (!result_bytes || !timeout || !args) return tl::make_unexpected(malformed("truncated LAUNCH"));
     if (*timeout > kMaxTimeoutMs) return tl::make_unexpected(malformed(fmt::format("a timeout of {} ms", *timeout)));
+    if (*args > kWindowBytes || *result_bytes > kWindowBytes)
+        return tl::make_unexpected(malformed(fmt::format("a launch of {} argument and {} result bytes (the window holds {})",
+                                                         *args, *result_bytes, kWindowBytes)));
     if (auto end = at_end(*r, "LAUNCH"); !end) return tl::make_unexpected(end.error());
     m.hash = *h;
     m.entry = std::move(*entry);
     m.result_bytes = *result_bytes;
     m.timeout = std::chrono::milliseconds(*timeout);
-    m.args = *args;
+    m.args_bytes = *args;
     return m;
 }
 
@@ -257,11 +286,13 @@ Result<Transfer> decode_write(std::span<const std::byte> frame) {
     return decode_transfer(frame, Type::write);
 }
 
-Result<std::span<const std::byte>> decode_ok(std::span<const std::byte> frame) {
+Result<std::uint64_t> decode_ok(std::span<const std::byte> frame) {
     auto r = open(frame, Type::ok);
     if (!r) return tl::make_unexpected(r.error());
-    auto bytes = r->blob32();
+    auto bytes = r->u64();
     if (!bytes) return tl::make_unexpected(malformed("truncated OK"));
+    if (*bytes > kWindowBytes)
+        return tl::make_unexpected(malformed(fmt::format("OK of {} bytes (the window holds {})", *bytes, kWindowBytes)));
     if (auto end = at_end(*r, "OK"); !end) return tl::make_unexpected(end.error());
     return *bytes;
 }

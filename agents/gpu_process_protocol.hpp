@@ -2,14 +2,18 @@
 // What the agent and a bitship-gpu process (one per GPU, gpu_process.hpp) say to each other over
 // their socket: frames (core/frame_io.hpp) whose payload starts with a type byte. One request at
 // a time, each answered by OK or FAILED; the process starts by sending READY (or FAILED).
+// Bulk bytes (a launch's arguments and result, what a region read or write moves) do not go
+// through the socket: they lie in the window, shared memory the agent makes (memfd) and the
+// process maps (fd 4), at offset 0; a frame says how many.
 //
 //   agent                                            bitship-gpu
 //                                          ◄──  READY {version, the GPU: name, bus id, sm, limits}
-//   ADD_REGION {name, size}                ──►  cuMemAlloc, zeroed           ◄── OK {}
-//   LOAD_MODULE {hash, PTX}                ──►  cuModuleLoadDataEx            ◄── OK {}
-//   LAUNCH {hash, entry, geometry, result bytes, timeout, args}  ──►  run, wait  ◄── OK {result}
-//   READ {region, offset, length}          ──►  device to host                ◄── OK {bytes}
-//   WRITE {region, offset, bytes}          ──►  host to device                ◄── OK {}
+//   ADD_REGION {name, size}                ──►  cuMemAlloc, zeroed           ◄── OK {0}
+//   LOAD_MODULE {hash, PTX}                ──►  cuModuleLoadDataEx            ◄── OK {0}
+//   LAUNCH {hash, entry, geometry, result bytes, timeout, args bytes}  ──►  run, wait
+//                                               ◄── OK {result bytes, in the window}
+//   READ {region, offset, length}          ──►  device to the window          ◄── OK {length}
+//   WRITE {region, offset, length}         ──►  the window to device          ◄── OK {0}
 //   any of them                                 ◄── FAILED {code, poisoned, message}
 // FAILED marked poisoned is the process's last word: its CUDA context is unusable (a sticky
 // error such as CUDA_ERROR_ILLEGAL_ADDRESS, or a kernel that still runs past its time), which
@@ -34,15 +38,17 @@
 namespace bitship::agent::gpu_protocol {
 
 inline constexpr std::uint32_t kVersion = 1;
-/// The process's fd for its end of the socket.
+/// The process's fds: its end of the socket, and the window.
 inline constexpr int kProcessFd = 3;
-/// A READ or WRITE moves at most this much; larger ones are split by the agent.
-inline constexpr std::uint64_t kMaxTransfer = std::uint64_t{64} << 20;
-/// Caps on one frame: a request carries up to kMaxTransfer bytes, a module's PTX or a launch's
-/// arguments; a reply up to kMaxTransfer bytes or a launch's result.
-inline constexpr std::uint32_t kMaxFrame = (128u << 20) + 4096;
+inline constexpr int kWindowFd = 4;
+/// The window's size: a READ or WRITE moves at most this much (larger ones are split by the
+/// agent), and a launch's arguments and its result must each fit. Its pages are had when first
+/// touched.
+inline constexpr std::uint64_t kWindowBytes = std::uint64_t{64} << 20;
 /// PTX the agent sends (its own compiler's output) is far smaller than this.
 inline constexpr std::size_t kMaxPtxBytes = 64u << 20;
+/// Cap on one frame: LOAD_MODULE's PTX is the largest thing a frame carries.
+inline constexpr std::uint32_t kMaxFrame = kMaxPtxBytes + 4096;
 
 enum class Type : std::uint8_t { ready = 1, add_region = 2, load_module = 3, launch = 4, read = 5, write = 6, ok = 7, failed = 8 };
 
@@ -69,26 +75,47 @@ struct Launch {
     GpuGeometry geometry;
     std::uint32_t result_bytes = 0;
     std::chrono::milliseconds timeout{0};
-    std::span<const std::byte> args; ///< a view into the decoded frame
+    std::uint64_t args_bytes = 0; ///< in the window
 };
-struct Transfer { ///< READ (bytes empty, length set) or WRITE (bytes set)
+struct Transfer { ///< READ or WRITE of `length` bytes (in the window)
     std::string region;
     std::uint64_t offset = 0;
     std::uint64_t length = 0;
-    std::span<const std::byte> bytes; ///< a view into the decoded frame
 };
 struct Failed {
     Error error;
     bool poisoned = false;
 };
 
+/// The window: shared memory (a memfd), mapped read-write. Unmapped and closed on destruction.
+class Window {
+public:
+    /// A new one of kWindowBytes, for the agent (its fd passed to each process as kWindowFd).
+    static Result<Window> create();
+    /// The one on `fd`, for the process: refused unless it is kWindowBytes long.
+    static Result<Window> map(int fd);
+    Window(Window&& other) noexcept;
+    Window& operator=(Window&&) = delete;
+    Window(const Window&) = delete;
+    ~Window();
+    [[nodiscard]] int fd() const noexcept { return fd_; }
+    [[nodiscard]] std::span<std::byte> bytes() const noexcept { return {data_, size_}; }
+
+private:
+    Window(int fd, std::byte* data, std::size_t size) : fd_(fd), data_(data), size_(size) {}
+    int fd_ = -1;
+    std::byte* data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
 std::vector<std::byte> encode(const Ready& m);
 std::vector<std::byte> encode(const AddRegion& m);
 std::vector<std::byte> encode(const LoadModule& m);
 std::vector<std::byte> encode(const Launch& m);
-std::vector<std::byte> encode_read(const std::string& region, std::uint64_t offset, std::uint64_t length);
-std::vector<std::byte> encode_write(const std::string& region, std::uint64_t offset, std::span<const std::byte> bytes);
-std::vector<std::byte> encode_ok(std::span<const std::byte> bytes);
+std::vector<std::byte> encode_read(const Transfer& m);
+std::vector<std::byte> encode_write(const Transfer& m);
+/// OK: `window_bytes` of the answer lie in the window.
+std::vector<std::byte> encode_ok(std::uint64_t window_bytes = 0);
 std::vector<std::byte> encode(const Failed& m);
 
 /// The frame's type, or malformed_message for an empty frame or an unknown type.
@@ -99,8 +126,8 @@ Result<LoadModule> decode_load_module(std::span<const std::byte> frame);
 Result<Launch> decode_launch(std::span<const std::byte> frame);
 Result<Transfer> decode_read(std::span<const std::byte> frame);
 Result<Transfer> decode_write(std::span<const std::byte> frame);
-/// OK's bytes, a view into `frame`.
-Result<std::span<const std::byte>> decode_ok(std::span<const std::byte> frame);
+/// OK's count of bytes in the window (at most kWindowBytes).
+Result<std::uint64_t> decode_ok(std::span<const std::byte> frame);
 Result<Failed> decode_failed(std::span<const std::byte> frame);
 
 } // namespace bitship::agent::gpu_protocol

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -21,18 +22,40 @@ namespace {
 constexpr auto kExitPoll = std::chrono::milliseconds(1);
 }
 
-Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int child_fd) {
+Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int child_fd, const std::vector<int>& pass) {
     if (argv.empty()) return fail(Errc::invalid_argument, "no program to start");
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
         return fail(Errc::io_error, fmt::format("socketpair for {}: {}", argv[0], std::strerror(errno)));
+    // Each descriptor the child gets, first moved above every target: a dup2 onto itself would
+    // leave its close-on-exec flag set (and one onto another's target would close that one).
+    const int first_free = child_fd + 1 + static_cast<int>(pass.size());
+    std::vector<int> moved;
+    auto above = [&](int fd) {
+        int copy = ::fcntl(fd, F_DUPFD_CLOEXEC, first_free);
+        if (copy >= 0) moved.push_back(copy);
+        return copy;
+    };
+    auto close_all = [&] {
+        for (int fd : moved) ::close(fd);
+        ::close(sv[1]);
+    };
+    std::vector<int> sources = {above(sv[1])};
+    for (int fd : pass) sources.push_back(above(fd));
+    if (std::find(sources.begin(), sources.end(), -1) != sources.end()) {
+        const int e = errno;
+        close_all();
+        ::close(sv[0]);
+        return fail(Errc::io_error, fmt::format("descriptors for {}: {}", argv[0], std::strerror(e)));
+    }
     posix_spawn_file_actions_t files;
     posix_spawnattr_t attrs;
     ::posix_spawn_file_actions_init(&files);
     ::posix_spawnattr_init(&attrs);
-    ::posix_spawn_file_actions_adddup2(&files, sv[1], child_fd);
+    for (std::size_t i = 0; i < sources.size(); ++i)
+        ::posix_spawn_file_actions_adddup2(&files, sources[i], child_fd + static_cast<int>(i));
     ::posix_spawn_file_actions_addopen(&files, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    ::posix_spawn_file_actions_addclosefrom_np(&files, child_fd + 1);
+    ::posix_spawn_file_actions_addclosefrom_np(&files, first_free);
     sigset_t none, all;
     sigemptyset(&none);
     sigfillset(&all);
@@ -47,7 +70,7 @@ Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int
     int rc = ::posix_spawn(&pid, argv[0].c_str(), &files, &attrs, args.data(), environ);
     ::posix_spawn_file_actions_destroy(&files);
     ::posix_spawnattr_destroy(&attrs);
-    ::close(sv[1]);
+    close_all();
     if (rc != 0) {
         ::close(sv[0]);
         return fail(Errc::io_error, fmt::format("cannot start {}: {}", argv[0], std::strerror(rc)));

@@ -24,10 +24,11 @@ struct ChildProcess {
 };
 
 /// Starts `argv[0]` with `argv`, our environment, its end of a new AF_UNIX stream socket pair
-/// on `child_fd`, stdin from /dev/null, stdout and stderr shared with us, no other descriptor of
-/// ours, no signal blocked and every signal disposition at its default (the agent blocks
-/// SIGINT/SIGTERM and catches faults for its kernels). io_error naming the program on failure.
-Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int child_fd);
+/// on `child_fd`, each of `pass` on child_fd + 1, + 2, ..., stdin from /dev/null, stdout and
+/// stderr shared with us, no other descriptor of ours, no signal blocked and every signal
+/// disposition at its default (the agent blocks SIGINT/SIGTERM and catches faults for its
+/// kernels). io_error naming the program on failure.
+Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int child_fd, const std::vector<int>& pass = {});
 
 /// How a child ended.
 struct ChildEnd {
