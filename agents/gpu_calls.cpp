@@ -70,7 +70,9 @@ Result<void> Agent::Impl::open_gpus() {
     caps.gpu_devices.clear();
     caps.gpu_regions.clear();
     for (const auto& g : gpus) {
-        caps.gpu_devices.push_back({g->name(), g->sm(), g->multiprocessors(), g->memory_bytes(), numa_node_of(g->pci_bus_id())});
+        const auto& gpu = g->info();
+        caps.gpu_devices.push_back(
+            {gpu.name, gpu.sm, gpu.limits.multiprocessors, gpu.memory_bytes, numa_node_of(gpu.pci_bus_id)});
         for (const auto& r : g->regions())
             caps.gpu_regions.push_back({r.name, r.size, static_cast<std::uint32_t>(g->ordinal())});
     }
@@ -123,7 +125,7 @@ void Agent::Impl::on_gpu_run(std::shared_ptr<RunRequest> r) {
     // the driver loads it: milliseconds, on a worker.
     bool queued = pool->submit([this, r, &gpu, device = launch.device] {
         auto began = Clock::now();
-        auto ptx = jit->compile_ptx(r->run.code, r->run.hash, gpu.sm());
+        auto ptx = jit->compile_ptx(r->run.code, r->run.hash, gpu.info().sm);
         auto compiled = Clock::now();
         Result<void> loaded = ptx ? gpu.load_module(r->run.hash, **ptx) : Result<void>(tl::make_unexpected(ptx.error()));
         auto ns = [](Clock::duration d) { return static_cast<std::uint64_t>(std::chrono::nanoseconds(d).count()); };
@@ -145,8 +147,8 @@ void Agent::Impl::on_gpu_compiled(const CodeHash& hash, unsigned device, const R
         return;
     }
     counters.gpu_compiles.fetch_add(1, std::memory_order_relaxed);
-    spdlog::info("compiled {} to PTX and loaded it on GPU {} ({}, sm_{})", to_hex(hash, 16), device, gpus[device]->name(),
-                 gpus[device]->sm());
+    spdlog::info("compiled {} to PTX and loaded it on GPU {} ({}, sm_{})", to_hex(hash, 16), device, gpus[device]->info().name,
+                 gpus[device]->info().sm);
     for (auto& r : node.mapped()) launch_gpu(std::move(r));
 }
 

@@ -364,6 +364,10 @@ GpuLimits GpuDevice::limits() const noexcept {
     return l;
 }
 
+GpuInfo GpuDevice::info() const {
+    return GpuInfo{impl_->name, impl_->pci_bus_id, impl_->sm, limits(), impl_->memory_bytes};
+}
+
 GpuGeometry GpuDevice::geometry_for(const CodeHash& hash, std::string_view entry) const {
     std::lock_guard lock(impl_->mutex);
     auto it = impl_->modules.find(hash);

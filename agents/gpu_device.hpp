@@ -51,6 +51,15 @@ struct GpuLimits {
     std::uint32_t max_grid[3] = {0, 0, 0};
 };
 
+/// A GPU as its driver describes it.
+struct GpuInfo {
+    std::string name;
+    std::string pci_bus_id; ///< "0000:3B:00.0"; empty when the driver did not say
+    unsigned sm = 0;        ///< compute capability as major * 10 + minor (90 for an H100)
+    GpuLimits limits;
+    std::uint64_t memory_bytes = 0;
+};
+
 /// The geometry a call gets when it names none: 256 threads a block, 8 blocks per
 /// multiprocessor (a grid-stride loop covers any size with it), within `limits`.
 GpuGeometry default_geometry(const GpuLimits& limits);
@@ -77,6 +86,8 @@ public:
     [[nodiscard]] unsigned multiprocessors() const noexcept;
     [[nodiscard]] std::uint64_t memory_bytes() const noexcept;
     [[nodiscard]] GpuLimits limits() const noexcept;
+    /// All of the above.
+    [[nodiscard]] GpuInfo info() const;
     /// default_geometry(limits()).
     [[nodiscard]] GpuGeometry default_geometry() const noexcept;
     /// launch_geometry() of module `hash`'s PTX, or default_geometry() for a module not loaded.

@@ -1,23 +1,21 @@
 // GpuProcess (gpu_process.hpp): the agent's end of a bitship-gpu process.
 #include "gpu_process.hpp"
 
-#include <unistd.h>
+#include "core/child_process.hpp"
+#include "core/frame_io.hpp"
+#include "gpu_process_protocol.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <fmt/format.h>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <set>
-
-#include <fmt/format.h>
 #include <spdlog/spdlog.h>
-
-#include "core/child_process.hpp"
-#include "core/frame_io.hpp"
-#include "gpu_process_protocol.hpp"
+#include <unistd.h>
 
 namespace bitship::agent {
 namespace proto = gpu_protocol;
@@ -53,11 +51,11 @@ struct GpuProcess::Impl {
 
     mutable std::mutex mutex;
     std::optional<proto::Window> window; ///< made once, passed to every process
-    ChildProcess child;               ///< pid -1 when none runs
-    std::string broken;               ///< why none runs (a restart failed); empty otherwise
+    ChildProcess child;                  ///< pid -1 when none runs
+    std::string broken;                  ///< why none runs (a restart failed); empty otherwise
     std::vector<GpuDevice::RegionView> regions;
     std::map<CodeHash, std::string> modules; ///< every module's PTX
-    std::set<CodeHash> loaded;        ///< those the current process has loaded
+    std::set<CodeHash> loaded;               ///< those the current process has loaded
     std::atomic<std::uint64_t> restarts{0};
 
     ~Impl() {
@@ -75,7 +73,8 @@ struct GpuProcess::Impl {
         const ChildEnd end = end_child(child.pid, grace);
         child.pid = -1;
         if (!end.known) return "its exit status is unknown";
-        if (end.exited) return end.status == 0 ? "" : fmt::format("it exited with status {}", end.status);
+        if (end.exited)
+            return end.status == 0 ? "" : fmt::format("it exited with status {}", end.status);
         if (end.killed_by_us) return "it was stopped";
         return fmt::format("it was killed by {}", signal_name(end.signal));
     }
@@ -83,8 +82,10 @@ struct GpuProcess::Impl {
     /// A new process, READY, with the regions allocated again. Sets `info` the first time; a
     /// later process must report the same GPU.
     Result<void> begin(bool first) {
-        std::vector<std::string> argv = {options.program.string(), "--ordinal", std::to_string(options.ordinal)};
-        if (!options.cuda_library.empty()) argv.insert(argv.end(), {"--cuda-library", options.cuda_library});
+        std::vector<std::string> argv = {options.program.string(), "--ordinal",
+                                         std::to_string(options.ordinal)};
+        if (!options.cuda_library.empty())
+            argv.insert(argv.end(), {"--cuda-library", options.cuda_library});
         static_assert(proto::kWindowFd == proto::kProcessFd + 1);
         auto spawned = spawn_with_socket(argv, proto::kProcessFd, {window->fd()});
         if (!spawned) return tl::make_unexpected(spawned.error());
@@ -92,8 +93,9 @@ struct GpuProcess::Impl {
         auto frame = read_frame(child.fd, proto::kMaxFrame, kPeer, Clock::now() + kStartTimeout);
         auto failed = [&](const std::string& why) {
             auto ended = stop(std::chrono::milliseconds(0));
-            return fail(Errc::no_device, fmt::format("{}: the GPU process did not start: {}{}", where, why,
-                                                     ended.empty() ? "" : " (" + ended + ")"));
+            return fail(Errc::no_device,
+                        fmt::format("{}: the GPU process did not start: {}{}", where, why,
+                                    ended.empty() ? "" : " (" + ended + ")"));
         };
         if (!frame) return failed(frame.error().message);
         if (auto type = proto::type_of(*frame); type && *type == proto::Type::failed) {
@@ -104,13 +106,17 @@ struct GpuProcess::Impl {
         if (!ready) return failed(ready.error().message);
         if (first) {
             info = std::move(*ready);
-        } else if (ready->name != info.name || ready->pci_bus_id != info.pci_bus_id) {
-            return failed(fmt::format("it opened {} ({}) where the agent had {} ({})", ready->name, ready->pci_bus_id,
-                                      info.name, info.pci_bus_id));
+        } else if (ready->gpu.name != info.gpu.name ||
+                   ready->gpu.pci_bus_id != info.gpu.pci_bus_id) {
+            return failed(fmt::format("it opened {} ({}) where the agent had {} ({})", ready->gpu.name,
+                                      ready->gpu.pci_bus_id, info.gpu.name, info.gpu.pci_bus_id));
         }
         for (const auto& r : regions) {
-            auto added = request(proto::encode(proto::AddRegion{r.name, r.size}), Clock::now() + kRequestTimeout);
-            if (!added) return failed(fmt::format("region '{}' ({} bytes): {}", r.name, r.size, added.error().message));
+            auto added = request(proto::encode(proto::AddRegion{r.name, r.size}),
+                                 Clock::now() + kRequestTimeout);
+            if (!added)
+                return failed(fmt::format("region '{}' ({} bytes): {}", r.name, r.size,
+                                          added.error().message));
         }
         broken.clear();
         return {};
@@ -126,25 +132,34 @@ struct GpuProcess::Impl {
     /// Sends `frame` and reads the answer: OK's frame, or FAILED's error. A poisoned FAILED,
     /// a lost socket or a missed deadline ends the process (the caller restarts it).
     /// `on_hang`: the error code when the deadline passes.
-    tl::expected<Answer, Trouble> exchange(std::span<const std::byte> frame, Clock::time_point deadline, Errc on_hang) {
+    tl::expected<Answer, Trouble> exchange(std::span<const std::byte> frame,
+                                           Clock::time_point deadline, Errc on_hang) {
         // A process that hung is stopped at once; one whose socket broke is most likely ending
         // already, and gets a moment to, so that its error says how it ended.
         auto gone = [&](Errc code, std::string why, std::chrono::milliseconds grace = kLostGrace) {
             auto ended = stop(grace);
-            return tl::make_unexpected(Trouble{Error{code, fmt::format("{}: {}{}", where, why, ended.empty() ? "" : " (" + ended + ")")}, true});
+            return tl::make_unexpected(
+                Trouble{Error{code, fmt::format("{}: {}{}", where, why,
+                                                ended.empty() ? "" : " (" + ended + ")")},
+                        true});
         };
-        if (auto sent = write_frame(child.fd, frame, kPeer); !sent) return gone(Errc::internal, sent.error().message);
+        if (auto sent = write_frame(child.fd, frame, kPeer); !sent)
+            return gone(Errc::internal, sent.error().message);
         spin_until_readable(child.fd, kAnswerSpin);
         auto reply = read_frame(child.fd, proto::kMaxFrame, kPeer, deadline);
         if (!reply) {
             if (reply.error().code == Errc::timeout)
-                return gone(on_hang, "the GPU process did not answer in time and was stopped", std::chrono::milliseconds(0));
-            return gone(Errc::internal, fmt::format("the GPU process was lost: {}", reply.error().message));
+                return gone(on_hang, "the GPU process did not answer in time and was stopped",
+                            std::chrono::milliseconds(0));
+            return gone(Errc::internal,
+                        fmt::format("the GPU process was lost: {}", reply.error().message));
         }
         auto type = proto::type_of(*reply);
         if (!type) return gone(Errc::internal, type.error().message);
         if (*type == proto::Type::ok) return Answer{std::move(*reply)};
-        if (*type != proto::Type::failed) return gone(Errc::internal, fmt::format("the GPU process answered with message type {}", static_cast<int>(*type)));
+        if (*type != proto::Type::failed)
+            return gone(Errc::internal, fmt::format("the GPU process answered with message type {}",
+                                                    static_cast<int>(*type)));
         auto failed = proto::decode_failed(*reply);
         if (!failed) return gone(Errc::internal, failed.error().message);
         if (!failed->poisoned) return tl::make_unexpected(Trouble{std::move(failed->error), false});
@@ -165,13 +180,15 @@ struct GpuProcess::Impl {
     std::string restart_and_say() {
         if (auto r = begin(false); !r) {
             broken = r.error().message;
-            return fmt::format("; recreating the context in a new GPU process failed ({}): the GPU is unusable until a "
+            return fmt::format("; recreating the context in a new GPU process failed ({}): the GPU "
+                               "is unusable until a "
                                "later call recreates it",
                                broken);
         }
         restarts.fetch_add(1, std::memory_order_relaxed);
         return std::string("; the context was recreated in a new GPU process") +
-               (regions.empty() ? "" : ", GPU regions were allocated again (their contents are lost)");
+               (regions.empty() ? ""
+                                : ", GPU regions were allocated again (their contents are lost)");
     }
 
     /// The start of every call: a process to talk to (started again if an earlier restart
@@ -180,7 +197,9 @@ struct GpuProcess::Impl {
         if (child.pid >= 0) return {};
         if (auto r = begin(false); !r) {
             broken = r.error().message;
-            return fail(Errc::no_device, fmt::format("{} is unusable: its context could not be recreated: {}", where, broken));
+            return fail(Errc::no_device,
+                        fmt::format("{} is unusable: its context could not be recreated: {}", where,
+                                    broken));
         }
         restarts.fetch_add(1, std::memory_order_relaxed);
         return {};
@@ -188,7 +207,8 @@ struct GpuProcess::Impl {
 
     /// A request of a call: its OK frame, or its error; a process that ended is restarted
     /// and the error says so.
-    Result<std::vector<std::byte>> call(std::span<const std::byte> frame, Clock::time_point deadline, Errc on_hang) {
+    Result<std::vector<std::byte>> call(std::span<const std::byte> frame,
+                                        Clock::time_point deadline, Errc on_hang) {
         if (auto r = ready(); !r) return tl::make_unexpected(r.error());
         auto answer = exchange(frame, deadline, on_hang);
         if (answer) return std::move(answer->frame);
@@ -202,15 +222,18 @@ struct GpuProcess::Impl {
         if (loaded.contains(hash)) return {};
         auto m = modules.find(hash);
         if (m == modules.end())
-            return fail(Errc::entry_not_found, fmt::format("{}: module {} is not loaded", where, to_hex(hash, 12)));
-        auto r = call(proto::encode(proto::LoadModule{hash, m->second}), Clock::now() + kRequestTimeout, Errc::internal);
+            return fail(Errc::entry_not_found,
+                        fmt::format("{}: module {} is not loaded", where, to_hex(hash, 12)));
+        auto r = call(proto::encode(proto::LoadModule{hash, m->second}),
+                      Clock::now() + kRequestTimeout, Errc::internal);
         if (!r) return tl::make_unexpected(r.error());
         loaded.insert(hash);
         return {};
     }
 
     const GpuDevice::RegionView* find_region(std::string_view name) const {
-        auto it = std::find_if(regions.begin(), regions.end(), [&](const auto& r) { return r.name == name; });
+        auto it = std::find_if(regions.begin(), regions.end(),
+                               [&](const auto& r) { return r.name == name; });
         return it == regions.end() ? nullptr : &*it;
     }
 };
@@ -220,12 +243,15 @@ Result<std::filesystem::path> GpuProcess::find_program(const std::filesystem::pa
     if (program.empty()) {
         std::error_code ec;
         auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-        if (ec) return fail(Errc::io_error, fmt::format("cannot read /proc/self/exe to find {}: {}", kProgramName, ec.message()));
+        if (ec)
+            return fail(Errc::io_error, fmt::format("cannot read /proc/self/exe to find {}: {}",
+                                                    kProgramName, ec.message()));
         program = self.parent_path() / kProgramName;
     }
     if (::access(program.c_str(), X_OK) != 0)
-        return fail(Errc::io_error, fmt::format("no GPU program at {} ({}): give its path (xagent --gpu-program)",
-                                                program.string(), std::strerror(errno)));
+        return fail(Errc::io_error,
+                    fmt::format("no GPU program at {} ({}): give its path (xagent --gpu-program)",
+                                program.string(), std::strerror(errno)));
     return program;
 }
 
@@ -247,34 +273,24 @@ GpuProcess::~GpuProcess() = default;
 int GpuProcess::ordinal() const noexcept {
     return impl_->options.ordinal;
 }
-const std::string& GpuProcess::name() const noexcept {
-    return impl_->info.name;
-}
-const std::string& GpuProcess::pci_bus_id() const noexcept {
-    return impl_->info.pci_bus_id;
-}
-unsigned GpuProcess::sm() const noexcept {
-    return impl_->info.sm;
-}
-unsigned GpuProcess::multiprocessors() const noexcept {
-    return impl_->info.limits.multiprocessors;
-}
-std::uint64_t GpuProcess::memory_bytes() const noexcept {
-    return impl_->info.memory_bytes;
+const GpuInfo& GpuProcess::info() const noexcept {
+    return impl_->info.gpu;
 }
 
 GpuGeometry GpuProcess::geometry_for(const CodeHash& hash, std::string_view entry) const {
     std::lock_guard lock(impl_->mutex);
     auto m = impl_->modules.find(hash);
-    return m == impl_->modules.end() ? default_geometry(impl_->info.limits)
-                                     : launch_geometry(impl_->info.limits, m->second, entry);
+    return m == impl_->modules.end() ? default_geometry(impl_->info.gpu.limits)
+                                     : launch_geometry(impl_->info.gpu.limits, m->second, entry);
 }
 
 Result<void> GpuProcess::add_region(const std::string& name, std::uint64_t size) {
     std::lock_guard lock(impl_->mutex);
     if (impl_->find_region(name) != nullptr)
-        return fail(Errc::invalid_argument, fmt::format("{}: there is a region '{}' already", impl_->where, name));
-    auto r = impl_->call(proto::encode(proto::AddRegion{name, size}), Clock::now() + kRequestTimeout, Errc::internal);
+        return fail(Errc::invalid_argument,
+                    fmt::format("{}: there is a region '{}' already", impl_->where, name));
+    auto r = impl_->call(proto::encode(proto::AddRegion{name, size}),
+                         Clock::now() + kRequestTimeout, Errc::internal);
     if (!r) return tl::make_unexpected(r.error());
     impl_->regions.push_back(GpuDevice::RegionView{name, size, impl_->regions.size()});
     return {};
@@ -300,21 +316,25 @@ bool GpuProcess::has_module(const CodeHash& hash) const {
 Result<void> GpuProcess::load_module(const CodeHash& hash, const std::string& ptx) {
     std::lock_guard lock(impl_->mutex);
     if (impl_->modules.contains(hash)) return {};
-    auto r = impl_->call(proto::encode(proto::LoadModule{hash, ptx}), Clock::now() + kRequestTimeout, Errc::internal);
+    auto r = impl_->call(proto::encode(proto::LoadModule{hash, ptx}),
+                         Clock::now() + kRequestTimeout, Errc::internal);
     if (!r) return tl::make_unexpected(r.error());
     impl_->modules.emplace(hash, ptx);
     impl_->loaded.insert(hash);
     return {};
 }
 
-Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry, std::span<const std::byte> args,
-                                 std::uint32_t result_bytes, const GpuGeometry& geometry, std::chrono::milliseconds timeout) {
+Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry,
+                                 std::span<const std::byte> args, std::uint32_t result_bytes,
+                                 const GpuGeometry& geometry, std::chrono::milliseconds timeout) {
     std::lock_guard lock(impl_->mutex);
     auto window = impl_->window->bytes();
     if (args.size() > window.size() || result_bytes > window.size())
-        return fail(Errc::too_large, fmt::format("{}: a GPU call's arguments ({} bytes) and result ({} bytes) must each fit "
-                                                 "the GPU process's window of {} bytes",
-                                                 impl_->where, args.size(), result_bytes, window.size()));
+        return fail(
+            Errc::too_large,
+            fmt::format("{}: a GPU call's arguments ({} bytes) and result ({} bytes) must each fit "
+                        "the GPU process's window of {} bytes",
+                        impl_->where, args.size(), result_bytes, window.size()));
     if (auto r = impl_->ready(); !r) return tl::make_unexpected(r.error());
     if (auto r = impl_->ensure_loaded(hash); !r) return tl::make_unexpected(r.error());
     proto::Launch m;
@@ -326,48 +346,54 @@ Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry, s
     m.args_bytes = args.size();
     std::memcpy(window.data(), args.data(), args.size());
     // A timeout of a year stands for "never" (--kernel-timeout-ms 0): no deadline past it.
-    const auto deadline = timeout > std::chrono::hours(24 * 365 - 1) ? Clock::time_point::max()
-                                                                     : Clock::now() + timeout + kLaunchAnswerGrace;
+    const auto deadline = timeout > std::chrono::hours(24 * 365 - 1)
+                              ? Clock::time_point::max()
+                              : Clock::now() + timeout + kLaunchAnswerGrace;
     auto out = impl_->call(proto::encode(m), deadline, Errc::kernel_timeout);
     if (!out) return tl::make_unexpected(out.error());
     auto bytes = proto::decode_ok(*out);
     if (!bytes) return tl::make_unexpected(bytes.error());
     if (*bytes != result_bytes)
-        return fail(Errc::internal, fmt::format("{}: the GPU process returned {} result bytes for {}", impl_->where, *bytes,
-                                                result_bytes));
+        return fail(Errc::internal,
+                    fmt::format("{}: the GPU process returned {} result bytes for {}", impl_->where,
+                                *bytes, result_bytes));
     return Bytes(window.begin(), window.begin() + static_cast<std::ptrdiff_t>(result_bytes));
 }
 
 // Reads and writes go through the window in pieces of at most its size (a zero-length one still
 // asks the process, which checks the range).
-Result<void> GpuProcess::read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
+Result<void> GpuProcess::read(std::string_view name, std::uint64_t offset,
+                              std::span<std::byte> out) {
     std::lock_guard lock(impl_->mutex);
     auto window = impl_->window->bytes();
     std::uint64_t done = 0;
     do {
         const std::uint64_t n = std::min<std::uint64_t>(window.size(), out.size() - done);
-        auto r = impl_->call(proto::encode_read({std::string(name), offset + done, n}), Clock::now() + kRequestTimeout,
-                             Errc::internal);
+        auto r = impl_->call(proto::encode_read({std::string(name), offset + done, n}),
+                             Clock::now() + kRequestTimeout, Errc::internal);
         if (!r) return tl::make_unexpected(r.error());
         auto bytes = proto::decode_ok(*r);
         if (!bytes) return tl::make_unexpected(bytes.error());
         if (*bytes != n)
-            return fail(Errc::internal, fmt::format("{}: the GPU process returned {} bytes of a read of {}", impl_->where, *bytes, n));
+            return fail(Errc::internal,
+                        fmt::format("{}: the GPU process returned {} bytes of a read of {}",
+                                    impl_->where, *bytes, n));
         std::memcpy(out.data() + done, window.data(), n);
         done += n;
     } while (done < out.size());
     return {};
 }
 
-Result<void> GpuProcess::write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in) {
+Result<void> GpuProcess::write(std::string_view name, std::uint64_t offset,
+                               std::span<const std::byte> in) {
     std::lock_guard lock(impl_->mutex);
     auto window = impl_->window->bytes();
     std::uint64_t done = 0;
     do {
         const std::uint64_t n = std::min<std::uint64_t>(window.size(), in.size() - done);
         std::memcpy(window.data(), in.data() + done, n);
-        auto r = impl_->call(proto::encode_write({std::string(name), offset + done, n}), Clock::now() + kRequestTimeout,
-                             Errc::internal);
+        auto r = impl_->call(proto::encode_write({std::string(name), offset + done, n}),
+                             Clock::now() + kRequestTimeout, Errc::internal);
         if (!r) return tl::make_unexpected(r.error());
         done += n;
     } while (done < in.size());

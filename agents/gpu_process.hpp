@@ -18,6 +18,11 @@
 //
 // Thread-safe: calls take turns (the GPU's one stream does one thing at a time anyway).
 
+#include "gpu_device.hpp"
+
+#include <bitship/bundle.hpp>
+#include <bitship/client.hpp> // Bytes
+#include <bitship/errc.hpp>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -28,12 +33,6 @@
 #include <string_view>
 #include <vector>
 
-#include <bitship/bundle.hpp>
-#include <bitship/client.hpp> // Bytes
-#include <bitship/errc.hpp>
-
-#include "gpu_device.hpp"
-
 namespace bitship::agent {
 
 class GpuProcess {
@@ -41,7 +40,7 @@ public:
     struct Options {
         std::filesystem::path program; ///< bitship-gpu (find_program)
         int ordinal = 0;
-        std::string cuda_library;      ///< passed on: the driver library the process opens
+        std::string cuda_library; ///< passed on: the driver library the process opens
     };
     /// `configured` when given, else bitship-gpu beside this program (/proc/self/exe). io_error
     /// naming where it looked when it is not there.
@@ -55,11 +54,8 @@ public:
     GpuProcess& operator=(const GpuProcess&) = delete;
 
     [[nodiscard]] int ordinal() const noexcept;
-    [[nodiscard]] const std::string& name() const noexcept;
-    [[nodiscard]] const std::string& pci_bus_id() const noexcept;
-    [[nodiscard]] unsigned sm() const noexcept;
-    [[nodiscard]] unsigned multiprocessors() const noexcept;
-    [[nodiscard]] std::uint64_t memory_bytes() const noexcept;
+    /// The GPU, as the first process opened it (a later one must open the same).
+    [[nodiscard]] const GpuInfo& info() const noexcept;
     /// launch_geometry() of module `hash`'s PTX (what the kernel declares), else the default.
     [[nodiscard]] GpuGeometry geometry_for(const CodeHash& hash, std::string_view entry) const;
 
@@ -74,12 +70,13 @@ public:
     /// As GpuDevice::load_module.
     Result<void> load_module(const CodeHash& hash, const std::string& ptx);
     /// As GpuDevice::launch; too_large when the arguments or the result do not fit the window
-    /// (gpu_protocol::kWindowBytes). A kernel_crashed or kernel_timeout (and any error that poisoned the
-    /// context, or the process's death) restarts the process: the error then says "the context
-    /// was recreated in a new GPU process", and "GPU regions were allocated again (their
+    /// (gpu_protocol::kWindowBytes). A kernel_crashed or kernel_timeout (and any error that
+    /// poisoned the context, or the process's death) restarts the process: the error then says "the
+    /// context was recreated in a new GPU process", and "GPU regions were allocated again (their
     /// contents are lost)" when there are any.
-    Result<Bytes> launch(const CodeHash& hash, std::string_view entry, std::span<const std::byte> args,
-                         std::uint32_t result_bytes, const GpuGeometry& geometry, std::chrono::milliseconds timeout);
+    Result<Bytes> launch(const CodeHash& hash, std::string_view entry,
+                         std::span<const std::byte> args, std::uint32_t result_bytes,
+                         const GpuGeometry& geometry, std::chrono::milliseconds timeout);
     /// As GpuDevice::read and write, through the shared window (gpu_process_protocol.hpp) in
     /// pieces of at most its size.
     Result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out);

@@ -1,7 +1,8 @@
 // bitship-gpu: the process that holds one GPU's CUDA context for an xagent (gpu_process.hpp).
 // The agent starts one per GPU with its end of a socket on fd 3 and the shared window for bulk
-// bytes on fd 4, and talks to it in the frames of gpu_process_protocol.hpp. The process opens the driver (dlopen, never linked) and the GPU,
-// says READY, then serves one request at a time until the agent closes the socket.
+// bytes on fd 4, and talks to it in the frames of gpu_process_protocol.hpp. The process opens the
+// driver (dlopen, never linked) and the GPU, says READY, then serves one request at a time until
+// the agent closes the socket.
 //
 // When its context is poisoned (a sticky error, or a kernel still running past its timeout) it
 // answers FAILED marked poisoned and exits at once, without tearing anything down: the driver
@@ -9,21 +10,19 @@
 // kernel that never returns. The agent then starts another.
 //
 //   bitship-gpu --ordinal N [--cuda-library PATH]
-#include <unistd.h>
+#include "core/frame_io.hpp"
+#include "cuda_driver.hpp"
+#include "gpu_device.hpp"
+#include "gpu_process_protocol.hpp"
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fmt/format.h>
 #include <string>
 #include <string_view>
-
-#include <fmt/format.h>
-
-#include "core/frame_io.hpp"
-#include "cuda_driver.hpp"
-#include "gpu_device.hpp"
-#include "gpu_process_protocol.hpp"
+#include <unistd.h>
 
 using namespace bitship;
 using namespace bitship::agent;
@@ -47,8 +46,11 @@ bool send(const std::vector<std::byte>& frame) {
 }
 
 /// One request, done; its answer. Bulk bytes are in `window` (gpu_process_protocol.hpp).
-std::vector<std::byte> serve(GpuDevice& gpu, std::span<std::byte> window, std::span<const std::byte> frame) {
-    auto failed = [&](const Error& e) { return proto::encode(proto::Failed{e, !gpu.poisoned().empty()}); };
+std::vector<std::byte> serve(GpuDevice& gpu, std::span<std::byte> window,
+                             std::span<const std::byte> frame) {
+    auto failed = [&](const Error& e) {
+        return proto::encode(proto::Failed{e, !gpu.poisoned().empty()});
+    };
     auto type = proto::type_of(frame);
     if (!type) return failed(type.error());
     switch (*type) {
@@ -67,7 +69,8 @@ std::vector<std::byte> serve(GpuDevice& gpu, std::span<std::byte> window, std::s
     case proto::Type::launch: { // the decoder holds both sizes to the window's
         auto m = proto::decode_launch(frame);
         if (!m) return failed(m.error());
-        auto out = gpu.launch(m->hash, m->entry, window.first(m->args_bytes), m->result_bytes, m->geometry, m->timeout);
+        auto out = gpu.launch(m->hash, m->entry, window.first(m->args_bytes), m->result_bytes,
+                              m->geometry, m->timeout);
         if (!out) return failed(out.error());
         std::memcpy(window.data(), out->data(), out->size());
         return proto::encode_ok(out->size());
@@ -75,18 +78,21 @@ std::vector<std::byte> serve(GpuDevice& gpu, std::span<std::byte> window, std::s
     case proto::Type::read: {
         auto m = proto::decode_read(frame);
         if (!m) return failed(m.error());
-        if (auto r = gpu.read(m->region, m->offset, window.first(m->length)); !r) return failed(r.error());
+        if (auto r = gpu.read(m->region, m->offset, window.first(m->length)); !r)
+            return failed(r.error());
         return proto::encode_ok(m->length);
     }
     case proto::Type::write: {
         auto m = proto::decode_write(frame);
         if (!m) return failed(m.error());
-        if (auto r = gpu.write(m->region, m->offset, window.first(m->length)); !r) return failed(r.error());
+        if (auto r = gpu.write(m->region, m->offset, window.first(m->length)); !r)
+            return failed(r.error());
         return proto::encode_ok();
     }
     default:
-        return failed(Error{Errc::malformed_message, fmt::format("GPU process protocol: message type {} is not a request",
-                                                                 static_cast<int>(*type))});
+        return failed(Error{Errc::malformed_message,
+                            fmt::format("GPU process protocol: message type {} is not a request",
+                                        static_cast<int>(*type))});
     }
 }
 
@@ -97,17 +103,24 @@ int main(int argc, char** argv) {
     std::string library = kCudaDriverLibrary;
     for (int i = 1; i < argc; ++i) {
         const std::string_view a = argv[i];
-        if (a == "--ordinal" && i + 1 < argc) ordinal = std::atoi(argv[++i]);
-        else if (a == "--cuda-library" && i + 1 < argc) library = argv[++i];
+        if (a == "--ordinal" && i + 1 < argc)
+            ordinal = std::atoi(argv[++i]);
+        else if (a == "--cuda-library" && i + 1 < argc)
+            library = argv[++i];
         else {
-            std::fprintf(stderr, "bitship-gpu: unknown argument '%s'\nusage: bitship-gpu --ordinal N [--cuda-library PATH] "
-                                 "(started by xagent, with its socket on fd %d)\n", argv[i], proto::kProcessFd);
+            std::fprintf(stderr,
+                         "bitship-gpu: unknown argument '%s'\nusage: bitship-gpu --ordinal N "
+                         "[--cuda-library PATH] "
+                         "(started by xagent, with its socket on fd %d)\n",
+                         argv[i], proto::kProcessFd);
             return kExitUsage;
         }
     }
     if (ordinal < 0) {
-        std::fprintf(stderr, "bitship-gpu: --ordinal N is needed (started by xagent, with its socket on fd %d)\n",
-                     proto::kProcessFd);
+        std::fprintf(
+            stderr,
+            "bitship-gpu: --ordinal N is needed (started by xagent, with its socket on fd %d)\n",
+            proto::kProcessFd);
         return kExitUsage;
     }
     // No PR_SET_PDEATHSIG: it fires when the thread that started us ends, and the agent restarts
@@ -126,20 +139,15 @@ int main(int argc, char** argv) {
         (void)send(proto::encode(proto::Failed{gpu.error(), false}));
         return kExitStartFailed;
     }
-    proto::Ready ready;
-    ready.name = (*gpu)->name();
-    ready.pci_bus_id = (*gpu)->pci_bus_id();
-    ready.sm = (*gpu)->sm();
-    ready.limits = (*gpu)->limits();
-    ready.memory_bytes = (*gpu)->memory_bytes();
-    if (!send(proto::encode(ready))) return kExitSocketLost;
+    if (!send(proto::encode(proto::Ready{proto::kVersion, (*gpu)->info()}))) return kExitSocketLost;
 
     for (;;) {
         spin_until_readable(proto::kProcessFd, kNextRequestSpin);
         auto frame = read_frame(proto::kProcessFd, proto::kMaxFrame, kPeer);
         if (!frame) {
             if (frame.error().code == Errc::disconnected) return 0; // the agent is done with us
-            std::fprintf(stderr, "bitship-gpu: GPU %d: %s\n", ordinal, frame.error().describe().c_str());
+            std::fprintf(stderr, "bitship-gpu: GPU %d: %s\n", ordinal,
+                         frame.error().describe().c_str());
             return kExitSocketLost;
         }
         const bool sent = send(serve(**gpu, window->bytes(), *frame));

@@ -2,17 +2,15 @@
 // decoding.
 #include "gpu_process_protocol.hpp"
 
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include "core/byte_io.hpp"
 
 #include <cerrno>
 #include <cstring>
-#include <utility>
-
 #include <fmt/format.h>
-
-#include "core/byte_io.hpp"
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <utility>
 
 namespace bitship::agent::gpu_protocol {
 namespace {
@@ -38,15 +36,17 @@ Result<ByteReader> open(std::span<const std::byte> frame, Type type) {
     auto t = type_of(frame);
     if (!t) return tl::make_unexpected(t.error());
     if (*t != type)
-        return tl::make_unexpected(malformed(fmt::format("expected message type {}, got {}", static_cast<int>(type),
-                                                         static_cast<int>(*t))));
+        return tl::make_unexpected(malformed(fmt::format(
+            "expected message type {}, got {}", static_cast<int>(type), static_cast<int>(*t))));
     ByteReader r(frame);
     (void)r.u8();
     return r;
 }
 
 Result<void> at_end(const ByteReader& r, std::string_view what) {
-    if (r.remaining() != 0) return tl::make_unexpected(malformed(fmt::format("{} bytes after {}", r.remaining(), what)));
+    if (r.remaining() != 0)
+        return tl::make_unexpected(
+            malformed(fmt::format("{} bytes after {}", r.remaining(), what)));
     return {};
 }
 
@@ -72,7 +72,8 @@ std::optional<CodeHash> hash(ByteReader& r) {
 }
 
 void put_dims(ByteWriter& w, const std::uint32_t (&d)[3]) {
-    for (auto v : d) w.u32(v);
+    for (auto v : d)
+        w.u32(v);
 }
 bool dims(ByteReader& r, std::uint32_t (&d)[3]) {
     for (auto& v : d) {
@@ -90,9 +91,11 @@ Result<Transfer> decode_transfer(std::span<const std::byte> frame, Type type) {
     auto region = text(*r, kMaxName);
     auto offset = r->u64();
     auto length = r->u64();
-    if (!region || !offset || !length) return tl::make_unexpected(malformed(fmt::format("truncated {}", what)));
+    if (!region || !offset || !length)
+        return tl::make_unexpected(malformed(fmt::format("truncated {}", what)));
     if (*length > kWindowBytes)
-        return tl::make_unexpected(malformed(fmt::format("a {} of {} bytes (the window holds {})", what, *length, kWindowBytes)));
+        return tl::make_unexpected(malformed(
+            fmt::format("a {} of {} bytes (the window holds {})", what, *length, kWindowBytes)));
     if (auto end = at_end(*r, what); !end) return tl::make_unexpected(end.error());
     return Transfer{std::move(*region), *offset, *length};
 }
@@ -109,11 +112,14 @@ std::vector<std::byte> encode_transfer(Type type, const Transfer& m) {
 
 Result<Window> Window::create() {
     int fd = ::memfd_create("bitship-gpu-window", MFD_CLOEXEC);
-    if (fd < 0) return fail(Errc::io_error, fmt::format("memfd_create for the GPU process's window: {}", std::strerror(errno)));
+    if (fd < 0)
+        return fail(Errc::io_error, fmt::format("memfd_create for the GPU process's window: {}",
+                                                std::strerror(errno)));
     if (::ftruncate(fd, static_cast<off_t>(kWindowBytes)) != 0) {
         const int e = errno;
         ::close(fd);
-        return fail(Errc::io_error, fmt::format("sizing the GPU process's window: {}", std::strerror(e)));
+        return fail(Errc::io_error,
+                    fmt::format("sizing the GPU process's window: {}", std::strerror(e)));
     }
     auto window = map(fd);
     if (!window) ::close(fd);
@@ -121,17 +127,24 @@ Result<Window> Window::create() {
 }
 
 Result<Window> Window::map(int fd) {
-    struct stat st{};
-    if (::fstat(fd, &st) != 0) return fail(Errc::io_error, fmt::format("the GPU window (fd {}): {}", fd, std::strerror(errno)));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0)
+        return fail(Errc::io_error,
+                    fmt::format("the GPU window (fd {}): {}", fd, std::strerror(errno)));
     if (static_cast<std::uint64_t>(st.st_size) != kWindowBytes)
-        return fail(Errc::invalid_argument, fmt::format("the GPU window (fd {}) has {} bytes, not {}", fd, st.st_size, kWindowBytes));
+        return fail(Errc::invalid_argument,
+                    fmt::format("the GPU window (fd {}) has {} bytes, not {}", fd, st.st_size,
+                                kWindowBytes));
     void* p = ::mmap(nullptr, kWindowBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) return fail(Errc::io_error, fmt::format("mapping the GPU window: {}", std::strerror(errno)));
+    if (p == MAP_FAILED)
+        return fail(Errc::io_error,
+                    fmt::format("mapping the GPU window: {}", std::strerror(errno)));
     return Window(fd, static_cast<std::byte*>(p), kWindowBytes);
 }
 
 Window::Window(Window&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : fd_(std::exchange(other.fd_, -1)), data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
 
 Window::~Window() {
     if (data_ != nullptr) ::munmap(data_, size_);
@@ -141,14 +154,14 @@ Window::~Window() {
 std::vector<std::byte> encode(const Ready& m) {
     auto w = start(Type::ready);
     w.u32(m.version);
-    put_text(w, m.name);
-    put_text(w, m.pci_bus_id);
-    w.u32(m.sm);
-    w.u32(m.limits.multiprocessors);
-    w.u32(m.limits.max_threads_per_block);
-    put_dims(w, m.limits.max_block);
-    put_dims(w, m.limits.max_grid);
-    w.u64(m.memory_bytes);
+    put_text(w, m.gpu.name);
+    put_text(w, m.gpu.pci_bus_id);
+    w.u32(m.gpu.sm);
+    w.u32(m.gpu.limits.multiprocessors);
+    w.u32(m.gpu.limits.max_threads_per_block);
+    put_dims(w, m.gpu.limits.max_block);
+    put_dims(w, m.gpu.limits.max_grid);
+    w.u64(m.gpu.memory_bytes);
     return std::move(w).take();
 }
 
@@ -214,23 +227,25 @@ Result<Ready> decode_ready(std::span<const std::byte> frame) {
     auto version = r->u32();
     if (!version) return tl::make_unexpected(malformed("truncated READY"));
     if (*version != kVersion)
-        return tl::make_unexpected(malformed(fmt::format("the GPU process speaks version {}, the agent {}", *version, kVersion)));
+        return tl::make_unexpected(malformed(
+            fmt::format("the GPU process speaks version {}, the agent {}", *version, kVersion)));
     auto name = text(*r, kMaxName);
     auto bus = text(*r, kMaxName);
     auto sm = r->u32();
     auto mps = r->u32();
     auto threads = r->u32();
-    if (!name || !bus || !sm || !mps || !threads || !dims(*r, m.limits.max_block) || !dims(*r, m.limits.max_grid))
+    if (!name || !bus || !sm || !mps || !threads || !dims(*r, m.gpu.limits.max_block) ||
+        !dims(*r, m.gpu.limits.max_grid))
         return tl::make_unexpected(malformed("truncated READY"));
     auto memory = r->u64();
     if (!memory) return tl::make_unexpected(malformed("truncated READY"));
     if (auto end = at_end(*r, "READY"); !end) return tl::make_unexpected(end.error());
-    m.name = std::move(*name);
-    m.pci_bus_id = std::move(*bus);
-    m.sm = *sm;
-    m.limits.multiprocessors = *mps;
-    m.limits.max_threads_per_block = *threads;
-    m.memory_bytes = *memory;
+    m.gpu.name = std::move(*name);
+    m.gpu.pci_bus_id = std::move(*bus);
+    m.gpu.sm = *sm;
+    m.gpu.limits.multiprocessors = *mps;
+    m.gpu.limits.max_threads_per_block = *threads;
+    m.gpu.memory_bytes = *memory;
     return m;
 }
 
@@ -249,7 +264,8 @@ Result<LoadModule> decode_load_module(std::span<const std::byte> frame) {
     if (!r) return tl::make_unexpected(r.error());
     auto h = hash(*r);
     auto ptx = text(*r, kMaxPtxBytes);
-    if (!h || !ptx) return tl::make_unexpected(malformed("truncated LOAD_MODULE (or PTX over its cap)"));
+    if (!h || !ptx)
+        return tl::make_unexpected(malformed("truncated LOAD_MODULE (or PTX over its cap)"));
     if (auto end = at_end(*r, "LOAD_MODULE"); !end) return tl::make_unexpected(end.error());
     return LoadModule{*h, std::move(*ptx)};
 }
@@ -265,11 +281,14 @@ Result<Launch> decode_launch(std::span<const std::byte> frame) {
     auto result_bytes = r->u32();
     auto timeout = r->u64();
     auto args = r->u64();
-    if (!result_bytes || !timeout || !args) return tl::make_unexpected(malformed("truncated LAUNCH"));
-    if (*timeout > kMaxTimeoutMs) return tl::make_unexpected(malformed(fmt::format("a timeout of {} ms", *timeout)));
+    if (!result_bytes || !timeout || !args)
+        return tl::make_unexpected(malformed("truncated LAUNCH"));
+    if (*timeout > kMaxTimeoutMs)
+        return tl::make_unexpected(malformed(fmt::format("a timeout of {} ms", *timeout)));
     if (*args > kWindowBytes || *result_bytes > kWindowBytes)
-        return tl::make_unexpected(malformed(fmt::format("a launch of {} argument and {} result bytes (the window holds {})",
-                                                         *args, *result_bytes, kWindowBytes)));
+        return tl::make_unexpected(malformed(
+            fmt::format("a launch of {} argument and {} result bytes (the window holds {})", *args,
+                        *result_bytes, kWindowBytes)));
     if (auto end = at_end(*r, "LAUNCH"); !end) return tl::make_unexpected(end.error());
     m.hash = *h;
     m.entry = std::move(*entry);
@@ -292,7 +311,8 @@ Result<std::uint64_t> decode_ok(std::span<const std::byte> frame) {
     auto bytes = r->u64();
     if (!bytes) return tl::make_unexpected(malformed("truncated OK"));
     if (*bytes > kWindowBytes)
-        return tl::make_unexpected(malformed(fmt::format("OK of {} bytes (the window holds {})", *bytes, kWindowBytes)));
+        return tl::make_unexpected(
+            malformed(fmt::format("OK of {} bytes (the window holds {})", *bytes, kWindowBytes)));
     if (auto end = at_end(*r, "OK"); !end) return tl::make_unexpected(end.error());
     return *bytes;
 }
@@ -303,10 +323,13 @@ Result<Failed> decode_failed(std::span<const std::byte> frame) {
     auto code = r->u32();
     auto poisoned = r->u8();
     auto message = text(*r, std::size_t{1} << 20);
-    if (!code || !poisoned || *poisoned > 1 || !message) return tl::make_unexpected(malformed("truncated FAILED"));
+    if (!code || !poisoned || *poisoned > 1 || !message)
+        return tl::make_unexpected(malformed("truncated FAILED"));
     if (auto end = at_end(*r, "FAILED"); !end) return tl::make_unexpected(end.error());
     // A code this build does not know, or "ok" for a failure, is the process's confusion.
-    const auto errc = *code == 0 || *code > static_cast<std::uint32_t>(kLastErrc) ? Errc::internal : static_cast<Errc>(*code);
+    const auto errc = *code == 0 || *code > static_cast<std::uint32_t>(kLastErrc)
+                          ? Errc::internal
+                          : static_cast<Errc>(*code);
     return Failed{Error{errc, std::move(*message)}, *poisoned == 1};
 }
 

@@ -23,17 +23,16 @@
 // Both sides decode with bounds checks: the agent's end reads what a process that runs shipped
 // GPU code sends back, and caps each reply's size before reading it.
 
+#include "gpu_device.hpp"
+
+#include <bitship/bundle.hpp>
+#include <bitship/errc.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
-
-#include <bitship/bundle.hpp>
-#include <bitship/errc.hpp>
-
-#include "gpu_device.hpp"
 
 namespace bitship::agent::gpu_protocol {
 
@@ -50,16 +49,21 @@ inline constexpr std::size_t kMaxPtxBytes = 64u << 20;
 /// Cap on one frame: LOAD_MODULE's PTX is the largest thing a frame carries.
 inline constexpr std::uint32_t kMaxFrame = kMaxPtxBytes + 4096;
 
-enum class Type : std::uint8_t { ready = 1, add_region = 2, load_module = 3, launch = 4, read = 5, write = 6, ok = 7, failed = 8 };
+enum class Type : std::uint8_t {
+    ready = 1,
+    add_region = 2,
+    load_module = 3,
+    launch = 4,
+    read = 5,
+    write = 6,
+    ok = 7,
+    failed = 8
+};
 
 /// The GPU as the process opened it.
 struct Ready {
     std::uint32_t version = kVersion;
-    std::string name;
-    std::string pci_bus_id;
-    std::uint32_t sm = 0;
-    GpuLimits limits;
-    std::uint64_t memory_bytes = 0;
+    GpuInfo gpu;
 };
 struct AddRegion {
     std::string name;

@@ -1,19 +1,17 @@
 // Helper processes of bitship's own (see child_process.hpp).
 #include "child_process.hpp"
 
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <thread>
-
-#include <fmt/format.h>
+#include <unistd.h>
 
 extern char** environ;
 
@@ -22,11 +20,13 @@ namespace {
 constexpr auto kExitPoll = std::chrono::milliseconds(1);
 }
 
-Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int child_fd, const std::vector<int>& pass) {
+Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int child_fd,
+                                       const std::vector<int>& pass) {
     if (argv.empty()) return fail(Errc::invalid_argument, "no program to start");
     int sv[2];
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
-        return fail(Errc::io_error, fmt::format("socketpair for {}: {}", argv[0], std::strerror(errno)));
+        return fail(Errc::io_error,
+                    fmt::format("socketpair for {}: {}", argv[0], std::strerror(errno)));
     // Each descriptor the child gets, first moved above every target: a dup2 onto itself would
     // leave its close-on-exec flag set (and one onto another's target would close that one).
     const int first_free = child_fd + 1 + static_cast<int>(pass.size());
@@ -37,16 +37,19 @@ Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int
         return copy;
     };
     auto close_all = [&] {
-        for (int fd : moved) ::close(fd);
+        for (int fd : moved)
+            ::close(fd);
         ::close(sv[1]);
     };
     std::vector<int> sources = {above(sv[1])};
-    for (int fd : pass) sources.push_back(above(fd));
+    for (int fd : pass)
+        sources.push_back(above(fd));
     if (std::find(sources.begin(), sources.end(), -1) != sources.end()) {
         const int e = errno;
         close_all();
         ::close(sv[0]);
-        return fail(Errc::io_error, fmt::format("descriptors for {}: {}", argv[0], std::strerror(e)));
+        return fail(Errc::io_error,
+                    fmt::format("descriptors for {}: {}", argv[0], std::strerror(e)));
     }
     posix_spawn_file_actions_t files;
     posix_spawnattr_t attrs;
@@ -64,7 +67,8 @@ Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int
     ::posix_spawnattr_setflags(&attrs, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     std::vector<char*> args;
     args.reserve(argv.size() + 1);
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    for (const auto& a : argv)
+        args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     pid_t pid = -1;
     int rc = ::posix_spawn(&pid, argv[0].c_str(), &files, &attrs, args.data(), environ);
@@ -82,7 +86,8 @@ ChildEnd end_child(pid_t pid, std::chrono::milliseconds grace) {
     ChildEnd end;
     int status = 0;
     pid_t got = ::wait4(pid, &status, WNOHANG, &end.usage);
-    for (auto until = std::chrono::steady_clock::now() + grace; got == 0 && std::chrono::steady_clock::now() < until;) {
+    for (auto until = std::chrono::steady_clock::now() + grace;
+         got == 0 && std::chrono::steady_clock::now() < until;) {
         std::this_thread::sleep_for(kExitPoll);
         got = ::wait4(pid, &status, WNOHANG, &end.usage);
     }
@@ -95,8 +100,10 @@ ChildEnd end_child(pid_t pid, std::chrono::milliseconds grace) {
     if (got <= 0) return end;
     end.known = true;
     end.exited = WIFEXITED(status);
-    if (end.exited) end.status = WEXITSTATUS(status);
-    else if (WIFSIGNALED(status)) end.signal = WTERMSIG(status);
+    if (end.exited)
+        end.status = WEXITSTATUS(status);
+    else if (WIFSIGNALED(status))
+        end.signal = WTERMSIG(status);
     return end;
 }
 

@@ -7,14 +7,12 @@
 //   ...
 //   auto end = end_child(child->pid, 1s);   // waits 1 s for it to exit, then SIGKILL; reaps
 
-#include <sys/resource.h>
-#include <sys/types.h>
-
+#include <bitship/errc.hpp>
 #include <chrono>
 #include <string>
+#include <sys/resource.h>
+#include <sys/types.h>
 #include <vector>
-
-#include <bitship/errc.hpp>
 
 namespace bitship {
 
@@ -28,14 +26,15 @@ struct ChildProcess {
 /// stderr shared with us, no other descriptor of ours, no signal blocked and every signal
 /// disposition at its default (the agent blocks SIGINT/SIGTERM and catches faults for its
 /// kernels). io_error naming the program on failure.
-Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int child_fd, const std::vector<int>& pass = {});
+Result<ChildProcess> spawn_with_socket(const std::vector<std::string>& argv, int child_fd,
+                                       const std::vector<int>& pass = {});
 
 /// How a child ended.
 struct ChildEnd {
-    bool known = false;       ///< false: its status could not be had
-    bool exited = false;      ///< it exited by itself (`status` is its exit status)
+    bool known = false;  ///< false: its status could not be had
+    bool exited = false; ///< it exited by itself (`status` is its exit status)
     int status = 0;
-    int signal = 0;           ///< the signal that ended it, when !exited
+    int signal = 0; ///< the signal that ended it, when !exited
     bool killed_by_us = false;
     rusage usage{};
 };

@@ -6,6 +6,7 @@
 //   if (auto sent = write_frame(fd, payload, "GPU process"); !sent) ...
 //   auto frame = read_frame(fd, kMaxReply, "GPU process", Clock::now() + 5s);
 
+#include <bitship/errc.hpp>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -13,8 +14,6 @@
 #include <span>
 #include <string_view>
 #include <vector>
-
-#include <bitship/errc.hpp>
 
 namespace bitship {
 
@@ -26,8 +25,9 @@ Result<void> write_frame(int fd, std::span<const std::byte> payload, std::string
 /// Reads one frame of at most `max` payload bytes. `deadline` (none: wait forever) bounds the
 /// whole read: timeout ("the compiler did not answer in time") when it passes. disconnected at
 /// end of file before a whole frame; too_large for a longer frame (nothing of it is read).
-Result<std::vector<std::byte>> read_frame(int fd, std::uint32_t max, std::string_view peer,
-                                          std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
+Result<std::vector<std::byte>>
+read_frame(int fd, std::uint32_t max, std::string_view peer,
+           std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
 
 /// Polls `fd` without sleeping until it is readable (or closed) or `spin` has passed: a reader
 /// that expects an answer soon skips the wake-up a blocking read would cost (tens of µs when

@@ -2,10 +2,10 @@
 // never read outside their input and never accept a size past the window, whatever bytes they
 // are given. The agent decodes what a process that runs shipped GPU code sends back; the
 // process decodes the agent's requests.
+#include "gpu_process_protocol.hpp"
+
 #include <cstdint>
 #include <span>
-
-#include "gpu_process_protocol.hpp"
 
 namespace proto = bitship::agent::gpu_protocol;
 
@@ -16,7 +16,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (auto m = proto::decode_add_region(frame)) sink = sink + m->size;
     if (auto m = proto::decode_load_module(frame)) sink = sink + m->ptx.size();
     if (auto m = proto::decode_launch(frame)) {
-        if (m->args_bytes > proto::kWindowBytes || m->result_bytes > proto::kWindowBytes) __builtin_trap();
+        if (m->args_bytes > proto::kWindowBytes || m->result_bytes > proto::kWindowBytes)
+            __builtin_trap();
         sink = sink + m->args_bytes;
     }
     for (auto decode : {proto::decode_read, proto::decode_write})

@@ -17,12 +17,14 @@ namespace {
 
 CodeHash some_hash() {
     CodeHash h{};
-    for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<std::uint8_t>(i * 7 + 1);
+    for (std::size_t i = 0; i < h.size(); ++i)
+        h[i] = static_cast<std::uint8_t>(i * 7 + 1);
     return h;
 }
 
 /// Every proper prefix of `frame` is refused by `decode`, as malformed.
-template <class Decode> void check_prefixes_refused(const std::vector<std::byte>& frame, Decode decode) {
+template <class Decode>
+void check_prefixes_refused(const std::vector<std::byte>& frame, Decode decode) {
     for (std::size_t n = 0; n < frame.size(); ++n) {
         auto r = decode(std::span(frame).first(n));
         INFO("prefix of " << n << " of " << frame.size() << " bytes");
@@ -38,23 +40,24 @@ template <class Decode> void check_prefixes_refused(const std::vector<std::byte>
 
 } // namespace
 
-TEST_CASE("gpu process protocol: every message round-trips and every truncation is refused", "[unit]") {
+TEST_CASE("gpu process protocol: every message round-trips and every truncation is refused",
+          "[unit]") {
     proto::Ready ready;
-    ready.name = "NVIDIA H100 80GB HBM3";
-    ready.pci_bus_id = "00000000:00:06.0";
-    ready.sm = 90;
-    ready.limits = GpuLimits{132, 1024, {1024, 1024, 64}, {2147483647u, 65535, 65535}};
-    ready.memory_bytes = 85'000'000'000ull;
+    ready.gpu.name = "NVIDIA H100 80GB HBM3";
+    ready.gpu.pci_bus_id = "00000000:00:06.0";
+    ready.gpu.sm = 90;
+    ready.gpu.limits = GpuLimits{132, 1024, {1024, 1024, 64}, {2147483647u, 65535, 65535}};
+    ready.gpu.memory_bytes = 85'000'000'000ull;
     auto r = proto::decode_ready(proto::encode(ready));
     REQUIRE(r);
-    CHECK(r->name == ready.name);
-    CHECK(r->pci_bus_id == ready.pci_bus_id);
-    CHECK(r->sm == 90);
-    CHECK(r->limits.multiprocessors == 132);
-    CHECK(r->limits.max_threads_per_block == 1024);
-    CHECK(r->limits.max_block[2] == 64);
-    CHECK(r->limits.max_grid[0] == 2147483647u);
-    CHECK(r->memory_bytes == ready.memory_bytes);
+    CHECK(r->gpu.name == ready.gpu.name);
+    CHECK(r->gpu.pci_bus_id == ready.gpu.pci_bus_id);
+    CHECK(r->gpu.sm == 90);
+    CHECK(r->gpu.limits.multiprocessors == 132);
+    CHECK(r->gpu.limits.max_threads_per_block == 1024);
+    CHECK(r->gpu.limits.max_block[2] == 64);
+    CHECK(r->gpu.limits.max_grid[0] == 2147483647u);
+    CHECK(r->gpu.memory_bytes == ready.gpu.memory_bytes);
     check_prefixes_refused(proto::encode(ready), proto::decode_ready);
 
     auto region = proto::decode_add_region(proto::encode(proto::AddRegion{"data", 4096}));
@@ -63,11 +66,13 @@ TEST_CASE("gpu process protocol: every message round-trips and every truncation 
     CHECK(region->size == 4096);
     check_prefixes_refused(proto::encode(proto::AddRegion{"data", 4096}), proto::decode_add_region);
 
-    auto module = proto::decode_load_module(proto::encode(proto::LoadModule{some_hash(), ".version 8.0\n"}));
+    auto module =
+        proto::decode_load_module(proto::encode(proto::LoadModule{some_hash(), ".version 8.0\n"}));
     REQUIRE(module);
     CHECK(module->hash == some_hash());
     CHECK(module->ptx == ".version 8.0\n");
-    check_prefixes_refused(proto::encode(proto::LoadModule{some_hash(), "x"}), proto::decode_load_module);
+    check_prefixes_refused(proto::encode(proto::LoadModule{some_hash(), "x"}),
+                           proto::decode_load_module);
 
     proto::Launch launch;
     launch.hash = some_hash();
@@ -103,12 +108,14 @@ TEST_CASE("gpu process protocol: every message round-trips and every truncation 
     CHECK(*ok == 12);
     check_prefixes_refused(proto::encode_ok(12), proto::decode_ok);
 
-    auto failed = proto::decode_failed(proto::encode(proto::Failed{Error{Errc::kernel_crashed, "GPU 0: boom"}, true}));
+    auto failed = proto::decode_failed(
+        proto::encode(proto::Failed{Error{Errc::kernel_crashed, "GPU 0: boom"}, true}));
     REQUIRE(failed);
     CHECK(failed->error.code == Errc::kernel_crashed);
     CHECK(failed->error.message == "GPU 0: boom");
     CHECK(failed->poisoned);
-    check_prefixes_refused(proto::encode(proto::Failed{Error{Errc::internal, "x"}, false}), proto::decode_failed);
+    check_prefixes_refused(proto::encode(proto::Failed{Error{Errc::internal, "x"}, false}),
+                           proto::decode_failed);
 }
 
 TEST_CASE("gpu process protocol: sizes past the window, another message's type, an unknown type, "
@@ -155,7 +162,9 @@ TEST_CASE("gpu process protocol: sizes past the window, another message's type, 
     REQUIRE_FALSE(proto::decode_failed(failed));
 }
 
-TEST_CASE("gpu process protocol: the window is shared memory of its set size, and refuses another size", "[unit]") {
+TEST_CASE(
+    "gpu process protocol: the window is shared memory of its set size, and refuses another size",
+    "[unit]") {
     auto window = proto::Window::create();
     REQUIRE(window);
     CHECK(window->bytes().size() == proto::kWindowBytes);

@@ -26,8 +26,10 @@ void check_unusable(GpuDevice& gpu, const CodeHash& hash, std::string_view why) 
     auto read = gpu.read("data", 0, back);
     REQUIRE_FALSE(read);
     CHECK(read.error().code == Errc::no_device);
-    CHECK_THAT(read.error().message, Catch::Contains("GPU 0 is unusable") && Catch::Contains(std::string(why)));
-    auto again = gpu.launch(hash, "sum_u64", bytes_of(std::vector<std::uint64_t>{1}), 8, GpuGeometry{}, 1s);
+    CHECK_THAT(read.error().message,
+               Catch::Contains("GPU 0 is unusable") && Catch::Contains(std::string(why)));
+    auto again =
+        gpu.launch(hash, "sum_u64", bytes_of(std::vector<std::uint64_t>{1}), 8, GpuGeometry{}, 1s);
     REQUIRE_FALSE(again);
     CHECK(again.error().code == Errc::no_device);
     auto region = gpu.add_region("more", 64);
@@ -52,7 +54,8 @@ TEST_CASE("a faulting GPU kernel is kernel_crashed and poisons the device for go
         REQUIRE_FALSE(crashed);
         CHECK(crashed.error().code == Errc::kernel_crashed);
         CHECK_THAT(crashed.error().message,
-                   Catch::Contains("kernel 'bad_address'") && Catch::Contains("CUDA_ERROR_ILLEGAL_ADDRESS (700)") &&
+                   Catch::Contains("kernel 'bad_address'") &&
+                       Catch::Contains("CUDA_ERROR_ILLEGAL_ADDRESS (700)") &&
                        Catch::Contains("the GPU context is poisoned"));
         check_unusable(*gpu, hash, "CUDA_ERROR_ILLEGAL_ADDRESS");
         CHECK(fake.state.resets == 0);
@@ -75,8 +78,9 @@ TEST_CASE("a GPU kernel past its time is kernel_timeout and poisons the device: 
         const auto waited = std::chrono::steady_clock::now() - start;
         REQUIRE_FALSE(stuck);
         CHECK(stuck.error().code == Errc::kernel_timeout);
-        CHECK_THAT(stuck.error().message, Catch::Contains("kernel 'spin_forever' still running after 20 ms") &&
-                                              Catch::Contains("the GPU context is poisoned"));
+        CHECK_THAT(stuck.error().message,
+                   Catch::Contains("kernel 'spin_forever' still running after 20 ms") &&
+                       Catch::Contains("the GPU context is poisoned"));
         CHECK(waited >= 20ms);
         CHECK(waited < 5s);
         check_unusable(*gpu, hash, "kernel 'spin_forever' still runs");

@@ -66,7 +66,8 @@ std::unique_ptr<GpuDevice> open_gpu(const std::shared_ptr<const CudaApi>& api) {
 
 } // namespace
 
-TEST_CASE("gpu device (in process): a PTX kernel runs with its arguments, result and regions, and region reads "
+TEST_CASE("gpu device (in process): a PTX kernel runs with its arguments, result and regions, and "
+          "region reads "
           "and writes round-trip",
           "[gpu]") {
     auto api = driver_or_skip();
@@ -107,8 +108,9 @@ TEST_CASE("gpu device (in process): a PTX kernel runs with its arguments, result
     CHECK(gpu->poisoned().empty());
 }
 
-TEST_CASE("gpu device (in process): an illegal address is kernel_crashed and poisons the device for good",
-          "[gpu]") {
+TEST_CASE(
+    "gpu device (in process): an illegal address is kernel_crashed and poisons the device for good",
+    "[gpu]") {
     auto api = driver_or_skip();
     if (!api) return;
     auto gpu = open_gpu(api);
