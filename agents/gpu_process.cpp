@@ -180,9 +180,8 @@ struct GpuProcess::Impl {
     std::string restart_and_say() {
         if (auto r = begin(false); !r) {
             broken = r.error().message;
-            return fmt::format("; recreating the context in a new GPU process failed ({}): the GPU "
-                               "is unusable until a "
-                               "later call recreates it",
+            return fmt::format("; recreating the context in a new GPU process failed ({}): the "
+                               "GPU is unusable until a later call recreates it",
                                broken);
         }
         restarts.fetch_add(1, std::memory_order_relaxed);
