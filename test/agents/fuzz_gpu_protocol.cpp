@@ -12,7 +12,7 @@ namespace proto = bitship::agent::gpu_protocol;
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     const std::span<const std::byte> frame(reinterpret_cast<const std::byte*>(data), size);
     volatile std::uint64_t sink = 0;
-    if (auto m = proto::decode_ready(frame)) sink = sink + m->name.size() + m->limits.max_grid[2];
+    if (auto m = proto::decode_ready(frame)) sink = sink + m->gpu.name.size() + m->gpu.limits.max_grid[2];
     if (auto m = proto::decode_add_region(frame)) sink = sink + m->size;
     if (auto m = proto::decode_load_module(frame)) sink = sink + m->ptx.size();
     if (auto m = proto::decode_launch(frame)) {
