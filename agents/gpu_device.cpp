@@ -225,14 +225,12 @@ const GpuDevice::Impl::Region* GpuDevice::Impl::find_region(std::string_view reg
 }
 
 GpuDevice::Impl::~Impl() {
-    // A poisoned context is left as it is, and the staging memory with it (still pinned): the
-    // driver lets the process do nothing more with the GPU, and a release could wait forever
-    // for a kernel that still runs. The process's end frees it all.
-    if (!poisoned.empty()) {
-        for (auto& s : staging)
-            if (s.registered) (void)s.host.release();
-        return;
-    }
+    // A poisoned context is left as it is: the driver lets the process do nothing more with the
+    // GPU, and a release could wait forever for a kernel that still runs; the process's end
+    // tears it down. The staging memory is freed without unregistering it: no copy can still
+    // target it (uploads finish before a kernel runs, and no download is queued behind one that
+    // failed or never ended). bitship-gpu does not get here: a poisoned process exits at once.
+    if (!poisoned.empty()) return;
     // Frees what exists, in reverse order of making; a half-made context may refuse some of it,
     // which changes nothing: releasing the last reference resets the context.
     if (retained && cu.cuCtxSetCurrent(context) == cuda::kSuccess) {
