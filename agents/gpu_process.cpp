@@ -52,7 +52,6 @@ struct GpuProcess::Impl {
     mutable std::mutex mutex;
     std::optional<proto::Window> window; ///< made once, passed to every process
     ChildProcess child;                  ///< pid -1 when none runs
-    std::string broken;                  ///< why none runs (a restart failed); empty otherwise
     std::vector<GpuDevice::RegionView> regions;
     std::map<CodeHash, std::string> modules; ///< every module's PTX
     std::set<CodeHash> loaded;               ///< those the current process has loaded
@@ -108,8 +107,9 @@ struct GpuProcess::Impl {
             info = std::move(*ready);
         } else if (ready->gpu.name != info.gpu.name ||
                    ready->gpu.pci_bus_id != info.gpu.pci_bus_id) {
-            return failed(fmt::format("it opened {} ({}) where the agent had {} ({})", ready->gpu.name,
-                                      ready->gpu.pci_bus_id, info.gpu.name, info.gpu.pci_bus_id));
+            return failed(fmt::format("it opened {} ({}) where the agent had {} ({})",
+                                      ready->gpu.name, ready->gpu.pci_bus_id, info.gpu.name,
+                                      info.gpu.pci_bus_id));
         }
         for (const auto& r : regions) {
             auto added = request(proto::encode(proto::AddRegion{r.name, r.size}),
@@ -118,7 +118,6 @@ struct GpuProcess::Impl {
                 return failed(fmt::format("region '{}' ({} bytes): {}", r.name, r.size,
                                           added.error().message));
         }
-        broken.clear();
         return {};
     }
 
@@ -176,15 +175,19 @@ struct GpuProcess::Impl {
         return {};
     }
 
+    /// Another process in place of one that ended (counted as a restart), or why none starts.
+    Result<void> restart() {
+        if (auto r = begin(false); !r) return r;
+        restarts.fetch_add(1, std::memory_order_relaxed);
+        return {};
+    }
+
     /// After the process ended: another, and what the failed call's message adds.
     std::string restart_and_say() {
-        if (auto r = begin(false); !r) {
-            broken = r.error().message;
+        if (auto r = restart(); !r)
             return fmt::format("; recreating the context in a new GPU process failed ({}): the "
                                "GPU is unusable until a later call recreates it",
-                               broken);
-        }
-        restarts.fetch_add(1, std::memory_order_relaxed);
+                               r.error().message);
         return std::string("; the context was recreated in a new GPU process") +
                (regions.empty() ? ""
                                 : ", GPU regions were allocated again (their contents are lost)");
@@ -194,13 +197,10 @@ struct GpuProcess::Impl {
     /// failed).
     Result<void> ready() {
         if (child.pid >= 0) return {};
-        if (auto r = begin(false); !r) {
-            broken = r.error().message;
+        if (auto r = restart(); !r)
             return fail(Errc::no_device,
                         fmt::format("{} is unusable: its context could not be recreated: {}", where,
-                                    broken));
-        }
-        restarts.fetch_add(1, std::memory_order_relaxed);
+                                    r.error().message));
         return {};
     }
 
@@ -334,8 +334,8 @@ Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry,
             fmt::format("{}: a GPU call's arguments ({} bytes) and result ({} bytes) must each fit "
                         "the GPU process's window of {} bytes",
                         impl_->where, args.size(), result_bytes, window.size()));
-    if (auto r = impl_->ready(); !r) return tl::make_unexpected(r.error());
-    if (auto r = impl_->ensure_loaded(hash); !r) return tl::make_unexpected(r.error());
+    if (auto r = impl_->ensure_loaded(hash); !r)
+        return tl::make_unexpected(r.error()); // starts one if none runs
     proto::Launch m;
     m.hash = hash;
     m.entry = std::string(entry);
