@@ -8,12 +8,25 @@ bool Agent::Impl::begin_drain() {
     // Checked on the progress thread, after any answer a finished kernel posted there.
     drain_waiter = std::thread([this] {
         constexpr auto kDrainPoll = std::chrono::milliseconds(10);
+        // An answer is delivered when its send is done: a large one is a rendezvous the client
+        // fetches. A client that never fetches holds the exit up to this long.
+        constexpr auto kDeliveryWait = std::chrono::seconds(10);
+        std::optional<Clock::time_point> answered; // when the last call was answered
         while (!stopped.load()) {
             std::promise<bool> idle;
             auto answer = idle.get_future();
             engine->post([this, &idle] { idle.set_value(pool->idle() && compiling.empty() && gpu_compiling.empty()); });
             if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) continue;
-            if (answer.get()) break;
+            if (answer.get()) {
+                if (!answered) answered = Clock::now();
+                if (engine->sends_in_flight() == 0) break;
+                if (Clock::now() - *answered >= kDeliveryWait) {
+                    spdlog::warn("drain: {} answer(s) not delivered after {} s; exiting without them",
+                                 engine->sends_in_flight(),
+                                 std::chrono::duration_cast<std::chrono::seconds>(kDeliveryWait).count());
+                    break;
+                }
+            }
             std::this_thread::sleep_for(kDrainPoll);
         }
         if (stopped.load()) return;

@@ -47,6 +47,7 @@ struct ConfigDeleter {
 // Keeps the payload of one send alive until UCX calls back.
 struct SendRecord {
     wire::Encoded message;
+    std::atomic<std::uint64_t>* in_flight = nullptr; ///< the engine's count of sends not yet done
 };
 
 struct RecvRecord {
@@ -304,7 +305,9 @@ void Engine::on_recv_data(void* request, ucs_status_t status, size_t length, voi
 void Engine::on_send_done(void* request, ucs_status_t status, void* user_data) noexcept {
     if (status != UCS_OK && status != UCS_ERR_CANCELED)
         spdlog::debug("send failed: {}", ucs_status_string(status));
-    delete static_cast<SendRecord*>(user_data);
+    auto* record = static_cast<SendRecord*>(user_data);
+    record->in_flight->fetch_sub(1, std::memory_order_relaxed);
+    delete record;
     ucp_request_free(request);
 }
 
@@ -399,6 +402,7 @@ void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
     thread_local std::unique_ptr<SendRecord> spare;
     SendRecord* record = spare ? spare.release() : new SendRecord;
     record->message = std::move(message);
+    record->in_flight = &sends_in_flight_;
     auto& m = record->message;
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
@@ -410,7 +414,9 @@ void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
     if (req == nullptr) {
         m.payload = {};
         spare.reset(record);
-    } else if (UCS_PTR_IS_ERR(req)) {
+    } else if (!UCS_PTR_IS_ERR(req)) {
+        sends_in_flight_.fetch_add(1, std::memory_order_relaxed); // on_send_done takes it off
+    } else {
         spdlog::debug("{} send failed: {}", wire::to_string(m.header.type), ucs_status_string(UCS_PTR_STATUS(req)));
         delete record;
     }

@@ -232,6 +232,11 @@ public:
     [[nodiscard]] const EngineOptions& options() const noexcept { return options_; }
     /// Bytes of payload handed to UCX so far (any thread).
     [[nodiscard]] std::uint64_t bytes_sent() const noexcept { return bytes_sent_.load(std::memory_order_relaxed); }
+    /// Sends handed to UCX and not yet done (a rendezvous the peer has not fetched, a send queued
+    /// behind others): a drain waits for these before the process exits (any thread).
+    [[nodiscard]] std::uint64_t sends_in_flight() const noexcept {
+        return sends_in_flight_.load(std::memory_order_relaxed);
+    }
     /// BATCH messages sent, and received and opened (any thread).
     [[nodiscard]] std::uint64_t batches_sent() const noexcept { return batches_sent_.load(std::memory_order_relaxed); }
     [[nodiscard]] std::uint64_t batches_received() const noexcept { return batches_received_.load(std::memory_order_relaxed); }
@@ -330,6 +335,7 @@ private:
     std::atomic<int> handoff_sleepers_{0};
     std::atomic<int> sleepers_{0}; ///< threads asleep on the event fd
     std::atomic<std::uint64_t> bytes_sent_{0};
+    std::atomic<std::uint64_t> sends_in_flight_{0};
     std::atomic<std::uint64_t> core_moves_{0};
     std::atomic<std::uint64_t> handovers_{0};
     std::atomic<bool> handover_wanted_{false}; ///< a long kernel began: the engine's thread takes over at once

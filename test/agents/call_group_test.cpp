@@ -232,10 +232,19 @@ TEST_CASE("a drain or a stop in the middle of a long group runs none of its call
     AgentProcess agent("shm", {"--workers", "1", "--kernel-timeout-ms", "20000"});
     auto client = make_client("shm");
     auto t = bitship::test::connect(client, agent);
+    // The code is compiled first, so the drain cannot land while the group waits for its compile
+    // (a slow sanitizer build took more than the old fixed 200 ms wait, and CI saw the group
+    // refused whole as a new call to a draining agent).
+    REQUIRE(client.ship(behaviour_kernels::group_member, t, member(kAnswer, 1)).get());
     // 2000 calls of 50 million counts each: the better part of a minute of work here.
     const std::vector<std::uint64_t> args(2000, member(kCount, 50));
     auto group = client.ship_each(behaviour_kernels::group_member, t, args);
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    // Wait until the group is running (the agent counts a group as it starts it).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (agent_counters(client, t)["group_runs"] < 1) {
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     SECTION("xctl drain: the group is answered, the calls not started as not run, and the agent exits") {
         auto drain = bitship::test::xctl_json(agent, "drain");
         REQUIRE(drain["ok"] == true);
