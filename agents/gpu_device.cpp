@@ -245,10 +245,12 @@ GpuDevice::Impl::~Impl() {
             if (s.done != nullptr) cu.cuEventDestroy(s.done);
             if (s.registered) cu.cuMemHostUnregister(s.host.get());
         }
+        if (!pinned.empty()) cu.cuMemHostUnregister(pinned.data());
         if (stream != nullptr) cu.cuStreamDestroy(stream);
     } else {
         for (auto& s : staging)
             if (s.registered) cu.cuMemHostUnregister(s.host.get());
+        if (!pinned.empty()) cu.cuMemHostUnregister(pinned.data());
     }
     if (retained) cu.cuDevicePrimaryCtxRelease(device);
     // The staging memory itself goes with `staging`, after its registration.

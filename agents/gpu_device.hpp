@@ -125,9 +125,16 @@ public:
     Result<Bytes> launch(const CodeHash& hash, std::string_view entry, std::span<const std::byte> args,
                          std::uint32_t result_bytes, const GpuGeometry& geometry, std::chrono::milliseconds timeout);
 
-    /// Copies `out.size()` bytes of region `name` from `offset` into `out`, through the pinned
-    /// staging buffers in chunks (device-to-host of one chunk overlaps the copy-out of the
-    /// previous). invalid_argument for an unknown region, or a range outside it.
+    /// Pins `memory` (cuMemHostRegister) for this device's life: reads, writes and launch
+    /// arguments in it then go by DMA straight to or from it, not through the staging buffers
+    /// (bitship-gpu pins its window with the agent). `memory` is page-aligned and outlives the
+    /// device (or the next pin()). One range; a second call replaces it.
+    /// no_device naming the driver's error when the driver refuses (the staging path remains).
+    Result<void> pin(std::span<std::byte> memory);
+    /// Copies `out.size()` bytes of region `name` from `offset` into `out`: by DMA straight into
+    /// `out` when it lies in pinned memory (pin()), else through the pinned staging buffers in
+    /// chunks (device-to-host of one chunk overlaps the copy-out of the previous).
+    /// invalid_argument for an unknown region, or a range outside it.
     Result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out);
     /// The same, host to device.
     Result<void> write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in);

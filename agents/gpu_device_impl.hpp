@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 
 #include <fmt/format.h>
@@ -89,6 +90,7 @@ struct GpuDevice::Impl {
     cuda::CUstream stream = nullptr;
     std::array<Staging, 2> staging;
     std::size_t next_staging = 0;
+    std::span<std::byte> pinned; ///< host memory registered by pin(): DMA goes straight there
     std::vector<Region> regions;
     std::map<CodeHash, Module> modules;
     DeviceBuffer args;
@@ -107,6 +109,8 @@ struct GpuDevice::Impl {
     Result<void> allocate_zeroed(CUdeviceptr& pointer, std::uint64_t size, std::string_view what);
     Result<void> reserve(DeviceBuffer& buffer, std::size_t size, std::string_view what);
     Result<void> settle(Staging& s);
+    /// Whether `host` lies wholly in the memory pin() registered.
+    bool is_pinned(std::span<const std::byte> host) const noexcept;
     Result<void> upload(CUdeviceptr to, std::span<const std::byte> from);
     Result<void> download(CUdeviceptr from, std::span<std::byte> to);
     Result<void> load(const CodeHash& hash, Module& module);

@@ -139,6 +139,11 @@ int main(int argc, char** argv) {
         (void)send(proto::encode(proto::Failed{gpu.error(), false}));
         return kExitStartFailed;
     }
+    // Reads, writes and launch arguments then go by DMA straight to and from the window; a
+    // driver that refuses to pin it leaves them on the staging buffers (one more host copy).
+    if (auto pinned = (*gpu)->pin(window->bytes()); !pinned)
+        std::fprintf(stderr, "bitship-gpu: GPU %d: the window stays unpinned (staged copies): %s\n",
+                     ordinal, pinned.error().describe().c_str());
     if (!send(proto::encode(proto::Ready{proto::kVersion, (*gpu)->info()}))) return kExitSocketLost;
 
     for (;;) {

@@ -1,5 +1,6 @@
-// GPU region reads and writes (GpuDevice::read, write): staged through two pinned host buffers,
-// double-buffered, so the DMA of one chunk overlaps the host's copy of the other.
+// GPU region reads and writes (GpuDevice::read, write): by DMA straight to or from host memory
+// that pin() registered (bitship-gpu's window with the agent), else staged through two pinned
+// host buffers, double-buffered, so the DMA of one chunk overlaps the host's copy of the other.
 #include "gpu_device_impl.hpp"
 
 #include <algorithm>
@@ -21,10 +22,24 @@ Result<void> GpuDevice::Impl::settle(Staging& s) {
     return {};
 }
 
+bool GpuDevice::Impl::is_pinned(std::span<const std::byte> host) const noexcept {
+    if (pinned.empty() || host.empty()) return false;
+    const auto begin = reinterpret_cast<std::uintptr_t>(pinned.data());
+    const auto at = reinterpret_cast<std::uintptr_t>(host.data());
+    return at >= begin && at - begin <= pinned.size() && host.size() <= pinned.size() - (at - begin);
+}
+
 // Host to device through the staging buffers, alternating: the host copies chunk i+1 into one
-// while the DMA engine reads chunk i from the other. The last copies may still run on return
-// (stream order keeps later work behind them; the host waits before touching the buffer again).
+// while the DMA engine reads chunk i from the other. Pinned memory goes in one DMA with no copy.
+// The last copies may still run on return (stream order keeps later work behind them; the host
+// waits before touching a staging buffer again, and the owner of pinned memory keeps it as it
+// is until its call returns, which synchronizes the stream).
 Result<void> GpuDevice::Impl::upload(CUdeviceptr to, std::span<const std::byte> from) {
+    if (is_pinned(from)) {
+        if (CUresult r = cu.cuMemcpyHtoDAsync(to, from.data(), from.size(), stream); r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuMemcpyHtoDAsync", r));
+        return {};
+    }
     for (std::size_t done = 0; done < from.size();) {
         Staging& s = staging[next_staging];
         next_staging ^= 1;
@@ -46,6 +61,13 @@ Result<void> GpuDevice::Impl::upload(CUdeviceptr to, std::span<const std::byte> 
 // chunk i out of one buffer the DMA engine fills the other with chunk i+1. Every copy is done
 // on return.
 Result<void> GpuDevice::Impl::download(CUdeviceptr from, std::span<std::byte> to) {
+    if (is_pinned(to)) {
+        if (CUresult r = cu.cuMemcpyDtoHAsync(to.data(), from, to.size(), stream); r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuMemcpyDtoHAsync", r));
+        if (CUresult r = cu.cuStreamSynchronize(stream); r != cuda::kSuccess)
+            return tl::make_unexpected(failed("cuStreamSynchronize", r));
+        return {};
+    }
     const std::size_t chunks = (to.size() + kStagingBytes - 1) / kStagingBytes;
     const std::size_t first = next_staging;
     auto chunk_size = [&](std::size_t i) {
@@ -91,6 +113,24 @@ Result<const GpuDevice::Impl::Region*> checked_region(const GpuDevice::Impl& d, 
 }
 
 } // namespace
+
+Result<void> GpuDevice::pin(std::span<std::byte> memory) {
+    Impl& d = *impl_;
+    std::lock_guard lock(d.mutex);
+    if (auto r = d.ready(); !r) return r;
+    if (!d.pinned.empty()) {
+        if (CUresult r = d.cu.cuStreamSynchronize(d.stream); r != cuda::kSuccess)
+            return tl::make_unexpected(d.failed("cuStreamSynchronize", r));
+        d.cu.cuMemHostUnregister(d.pinned.data());
+        d.pinned = {};
+    }
+    if (memory.empty()) return {};
+    if (CUresult r = d.cu.cuMemHostRegister(memory.data(), memory.size(), cuda::kMemHostRegisterPortable);
+        r != cuda::kSuccess)
+        return tl::make_unexpected(d.refused("cuMemHostRegister", r, Errc::no_device));
+    d.pinned = memory;
+    return {};
+}
 
 Result<void> GpuDevice::read(std::string_view name, std::uint64_t offset, std::span<std::byte> out) {
     Impl& d = *impl_;

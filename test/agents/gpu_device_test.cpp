@@ -6,14 +6,18 @@
 #include "gpu_device.hpp"
 #include "gpu_test_support.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <bitship/bundle.hpp>
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fmt/format.h>
+#include <span>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 using namespace bitship;
@@ -122,6 +126,64 @@ TEST_CASE(
         CHECK_FALSE(gpu->region("huge"));
     }
     fake.check_closed_cleanly();
+}
+
+TEST_CASE("reads and writes and launch arguments in memory pin() registered go by one DMA "
+          "straight there intact and the pin is let go with the device",
+          "[unit]") {
+    fake::Scope fake;
+    {
+        // Made before the device, so it outlives the device's pin.
+        const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+        const std::size_t size = std::size_t{20} << 20; // more than two staging buffers
+        struct Free {
+            void operator()(std::byte* p) const noexcept { std::free(p); }
+        };
+        std::unique_ptr<std::byte, Free> memory(static_cast<std::byte*>(std::aligned_alloc(page, size)));
+        REQUIRE(memory);
+        auto gpu = open_fake(fake);
+        const std::span<std::byte> window(memory.get(), size);
+        REQUIRE(gpu->pin(window));
+        REQUIRE(gpu->add_region("data", size));
+        const auto data = pattern(size - 4096, 7);
+        std::memcpy(window.data() + 4096, data.data(), data.size());
+        auto count = [&] {
+            auto l = fake::lock();
+            return fake.state.host_copies.size();
+        };
+        auto last_copy = [&] {
+            auto l = fake::lock();
+            return fake.state.host_copies.back();
+        };
+        std::size_t before = count();
+        REQUIRE(gpu->write("data", 1, window.subspan(4096)));
+        CHECK(count() == before + 1); // one DMA, not one per staging buffer
+        CHECK(last_copy() == window.data() + 4096);
+        std::memset(window.data(), 0, size);
+        before = count();
+        REQUIRE(gpu->read("data", 1, window.first(data.size())));
+        CHECK(count() == before + 1);
+        CHECK(last_copy() == window.data());
+        CHECK(std::memcmp(window.data(), data.data(), data.size()) == 0);
+        // Memory outside the pin still goes through the staging buffers, intact.
+        std::vector<std::byte> back(data.size());
+        before = count();
+        REQUIRE(gpu->read("data", 1, back));
+        CHECK(count() == before + 3); // 8 + 8 + the rest of 20 MiB
+        CHECK((back == data));
+        // A launch's arguments in the pin go straight from it.
+        const auto hash = hash_of(fake::kFakePtx);
+        REQUIRE(gpu->load_module(hash, fake::kFakePtx));
+        const std::vector<std::uint64_t> args{3, 4};
+        std::memcpy(window.data(), args.data(), 16);
+        before = count();
+        REQUIRE(gpu->launch(hash, "sum_u64", window.first(16), 8, GpuGeometry{}, 1s));
+        auto l = fake::lock(); // after the regions table's upload, the arguments' from the pin
+        const auto& copies = fake.state.host_copies;
+        CHECK(std::find(copies.begin() + static_cast<std::ptrdiff_t>(before), copies.end(),
+                        static_cast<const void*>(window.data())) != copies.end());
+    }
+    fake.check_closed_cleanly(); // the pin too
 }
 
 TEST_CASE("a GPU kernel gets its arguments, a zeroed result, the regions table and its geometry",

@@ -323,6 +323,7 @@ CUresult copy_to_device(CUdeviceptr to, const void* from, std::size_t n, CUstrea
     if (driver->device_bytes(to, n) == nullptr) return cuda::kErrorInvalidValue;
     if (!driver->is_pinned(from, n))
         driver->violations.push_back("cuMemcpyHtoDAsync from memory that is not pinned");
+    driver->host_copies.push_back(from);
     driver->queue.push_back(Op{[=] { std::memcpy(driver->device_bytes(to, n), from, n); }});
     return cuda::kSuccess;
 }
@@ -333,6 +334,7 @@ CUresult copy_to_host(void* to, CUdeviceptr from, std::size_t n, CUstream stream
     if (driver->device_bytes(from, n) == nullptr) return cuda::kErrorInvalidValue;
     if (!driver->is_pinned(to, n))
         driver->violations.push_back("cuMemcpyDtoHAsync to memory that is not pinned");
+    driver->host_copies.push_back(to);
     driver->queue.push_back(Op{[=] { std::memcpy(to, driver->device_bytes(from, n), n); }});
     return cuda::kSuccess;
 }

@@ -69,6 +69,7 @@ struct Driver {
     std::map<CUfunction, std::string> functions;
     std::deque<Op> queue;
     int module_loads = 0;
+    std::vector<const void*> host_copies; ///< the host address of every copy, in order
     std::uintptr_t next_handle = 0x1000;
     std::vector<std::string> violations;
 
