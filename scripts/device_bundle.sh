@@ -9,7 +9,8 @@
 #   cmake --build BUILD_DIR --target xagent bitship-compiler bitship-gpu gpu_test gpu_reduce
 # It writes OUT_DIR/bitship-device.tar.xz (and OUT_DIR/MANIFEST, a copy of the one inside),
 # unpacked on the device at /opt/bitship-device:
-#   bin/    xagent, bitship-compiler, bitship-gpu, gpu_test, gpu_reduce (stripped)
+#   bin/    xagent, bitship-compiler, bitship-gpu, gpu_test, gpu_reduce, and ucx_perftest (the
+#           floor gpu_reduce runs beside its GET), stripped
 #   lib/    every shared library they load, glibc (ld-linux, libc, libm, libstdc++, ...)
 #           included: the remote image's glibc may be older than ours
 #   lib/ucx UCX's transport modules, which UCX dlopens (UCX_MODULE_DIR)
@@ -82,6 +83,9 @@ mkdir -p "$root"/{bin,lib/ucx,lib/hwloc,cuda/nvvm/libdevice,share}
 for p in "${!programs[@]}"; do
   strip --strip-unneeded -o "$root/bin/$p" "$build/${programs[$p]}"
 done
+# bench/gpu_reduce runs bare UCX beside its GET (the floor): the distribution's ucx_perftest.
+command -v ucx_perftest >/dev/null || die "ucx_perftest is missing: apt-get install ucx-utils (scripts/setup.sh lists it)"
+strip --strip-unneeded -o "$root/bin/ucx_perftest" "$(command -v ucx_perftest)"
 cp "$cubin" "$root/share/"
 cp "$LIBDEVICE" "$root/cuda/nvvm/libdevice/"
 # UCX's modules, under the names UCX looks for (lib<framework>_<name>.so.0).

@@ -123,6 +123,7 @@ fi
 section "3. environment"
 driver_path=$(IFS=:; echo "${driver_dirs[*]-}")
 run_env=(
+  PATH="$PREFIX/bin:$PATH" # gpu_reduce runs the bundled ucx_perftest
   LD_LIBRARY_PATH="$driver_path"
   UCX_MODULE_DIR="$PREFIX/lib/ucx"
   CUDA_HOME="$PREFIX/cuda"
