@@ -154,8 +154,12 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
 
 void Agent::stop() {
     if (!impl_ || impl_->stopped.exchange(true)) return;
-    // Running kernels finish (bounded by the kernel timeout); queued ones are answered.
-    auto left = impl_->pool->stop();
+    // Running kernels get a moment to finish (WorkerPool::kStopGrace); past it they are stopped,
+    // the GPU ones by the end of their GPU process, so a kernel that never returns (no kernel
+    // timeout) cannot hold the agent's exit. Queued ones are answered.
+    auto left = impl_->pool->stop(WorkerPool::kStopGrace, [impl = impl_.get()] {
+        for (auto& gpu : impl->gpus) gpu->abort();
+    });
     if (!left.empty()) spdlog::info("{} queued jobs dropped at shutdown", left.size());
     impl_->engine->post([impl = impl_.get()] {
         Error why{Errc::shutting_down, "agent is shutting down"};

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fmt/format.h>
 #include <map>
@@ -56,6 +57,9 @@ struct GpuProcess::Impl {
     std::map<CodeHash, std::string> modules; ///< every module's PTX
     std::set<CodeHash> loaded;               ///< those the current process has loaded
     std::atomic<std::uint64_t> restarts{0};
+    /// abort(): the process's pid while one runs (-1 otherwise), and whether the agent stops.
+    std::atomic<pid_t> running_pid{-1};
+    std::atomic<bool> aborted{false};
 
     ~Impl() {
         std::lock_guard lock(mutex);
@@ -69,6 +73,7 @@ struct GpuProcess::Impl {
         child.fd = -1;
         loaded.clear();
         if (child.pid < 0) return {};
+        running_pid.store(-1);
         const ChildEnd end = end_child(child.pid, grace);
         child.pid = -1;
         if (!end.known) return "its exit status is unknown";
@@ -89,6 +94,8 @@ struct GpuProcess::Impl {
         auto spawned = spawn_with_socket(argv, proto::kProcessFd, {window->fd()});
         if (!spawned) return tl::make_unexpected(spawned.error());
         child = *spawned;
+        running_pid.store(child.pid);
+        if (aborted.load()) ::kill(child.pid, SIGKILL); // abort() came while this one started
         auto frame = read_frame(child.fd, proto::kMaxFrame, kPeer, Clock::now() + kStartTimeout);
         auto failed = [&](const std::string& why) {
             auto ended = stop(std::chrono::milliseconds(0));
@@ -196,6 +203,7 @@ struct GpuProcess::Impl {
     /// The start of every call: a process to talk to (started again if an earlier restart
     /// failed).
     Result<void> ready() {
+        if (aborted.load()) return fail(Errc::shutting_down, fmt::format("{}: the agent is shutting down", where));
         if (child.pid >= 0) return {};
         if (auto r = restart(); !r)
             return fail(Errc::no_device,
@@ -212,6 +220,10 @@ struct GpuProcess::Impl {
         auto answer = exchange(frame, deadline, on_hang);
         if (answer) return std::move(answer->frame);
         Error error = std::move(answer.error().error);
+        if (aborted.load())
+            return fail(Errc::shutting_down,
+                        fmt::format("{}: the agent is shutting down, and stopped its GPU process ({})", where,
+                                    error.message));
         if (answer.error().ended) error.message += restart_and_say();
         return tl::make_unexpected(std::move(error));
     }
@@ -397,6 +409,11 @@ Result<void> GpuProcess::write(std::string_view name, std::uint64_t offset,
         done += n;
     } while (done < in.size());
     return {};
+}
+
+void GpuProcess::abort() noexcept {
+    impl_->aborted.store(true);
+    if (const pid_t pid = impl_->running_pid.load(); pid > 0) ::kill(pid, SIGKILL);
 }
 
 std::uint64_t GpuProcess::restarts() const noexcept {

@@ -86,6 +86,11 @@ public:
     /// death.
     [[nodiscard]] std::uint64_t restarts() const noexcept;
 
+    /// For the agent's stop: kills the process (a kernel that never returns holds it), and no
+    /// other starts. The call waiting on it, and every later one, fails with shutting_down.
+    /// Any thread, without waiting for the call in progress.
+    void abort() noexcept;
+
     struct Impl;
 
 private:

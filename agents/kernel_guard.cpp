@@ -35,7 +35,11 @@ struct Slot {
     std::atomic<std::int64_t> budget_ns{0};
     std::atomic<std::uint64_t> stop_generation{0}; // the call the watchdog wants stopped
     Error stop_error;                              // why stop_kernel() stopped it
+    const std::atomic<bool>* stopping = nullptr;   // the worker's pool is stopping (stop_kernels)
+    std::atomic<bool> in_kernel{false};            // `active`, for other threads (stop_kernels)
 };
+
+bool pool_stopping(const Slot* s) { return s->stopping != nullptr && s->stopping->load(std::memory_order_relaxed); }
 
 std::mutex g_slots_mutex;
 std::vector<Slot*> g_slots;
@@ -55,11 +59,21 @@ struct sigaction g_previous[65];
 
 // Slot::signal when the kernel was stopped by stop_kernel(), not by a signal.
 constexpr int kStopped = -1;
+// Slot::signal when stop_kernels() stopped it: its pool is stopping.
+constexpr int kShutDown = -2;
+
+Error shut_down_error() { return Error{Errc::shutting_down, "the agent is shutting down: the kernel was stopped"}; }
 
 void on_signal(int sig, siginfo_t* info, void* uctx) {
     Slot* s = t_slot;
     if (sig == kTimeoutSignal) {
         // Only the call the watchdog meant: a signal that arrives after it returned is dropped.
+        // Any call, once its pool stops.
+        if (s && s->active && pool_stopping(s)) {
+            s->active = 0;
+            s->signal = kShutDown;
+            siglongjmp(s->jump, 1);
+        }
         if (s && s->active && s->stop_generation.load() == s->generation.load()) {
             s->active = 0;
             s->signal = sig;
@@ -100,7 +114,7 @@ void install_kernel_guard() {
     });
 }
 
-void prepare_worker_thread() {
+void prepare_worker_thread(const std::atomic<bool>* stopping) {
     // The stack is switched off again before its memory goes, at thread exit: otherwise the
     // exiting thread still names freed memory as its signal stack (and ASan, which unmaps
     // whatever stack a thread ends with, dies on it: xagent exited 1 under ASan).
@@ -124,7 +138,9 @@ void prepare_worker_thread() {
     ss.ss_sp = alt_stack.bytes.data();
     ss.ss_size = alt_stack.bytes.size();
     sigaltstack(&ss, nullptr);
-    my_slot();
+    Slot& slot = my_slot();
+    std::lock_guard lock(g_slots_mutex); // stop_kernels reads it from other threads
+    slot.stopping = stopping;
 }
 
 void stop_kernel(Error error) {
@@ -154,6 +170,7 @@ __attribute__((no_sanitize("function")))
 std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milliseconds budget, void (*started)(void*),
                                  void* started_arg) {
     Slot& s = my_slot();
+    if (pool_stopping(&s)) return shut_down_error(); // stop_kernels() may have looked before this call began
     s.generation.fetch_add(1, std::memory_order_relaxed);
     s.budget_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(budget).count(), std::memory_order_relaxed);
     s.started_ns.store(budget.count() > 0 ? now_ns() : 0, std::memory_order_seq_cst);
@@ -163,6 +180,7 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
     // No signal mask saved (a system call per call): the handler runs with SA_NODEFER and an
     // empty sa_mask, so jumping out of it leaves no signal blocked.
     if (sigsetjmp(s.jump, 0) == 0) {
+        s.in_kernel.store(true, std::memory_order_relaxed);
         s.active = 1;
         fn(ctx);
         s.active = 0;
@@ -170,6 +188,8 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
         int sig = s.signal;
         if (sig == kStopped)
             outcome = std::move(s.stop_error);
+        else if (sig == kShutDown)
+            outcome = shut_down_error();
         else if (sig == kTimeoutSignal)
             outcome = Error{Errc::kernel_timeout, fmt::format("kernel ran past its {} ms budget and was stopped", budget.count())};
         else
@@ -178,6 +198,7 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
                                         sigabbrev_np(sig) ? fmt::format("SIG{}", sigabbrev_np(sig)) : std::to_string(sig),
                                         strsignal(sig), s.address)};
     }
+    s.in_kernel.store(false, std::memory_order_relaxed);
     s.started_ns.store(0, std::memory_order_release);
     return outcome;
 }
@@ -201,6 +222,12 @@ void check_kernel_budgets() {
         s->stop_generation.store(generation);
         pthread_kill(s->thread, kTimeoutSignal);
     }
+}
+
+void stop_kernels(const std::atomic<bool>* stopping) {
+    std::lock_guard lock(g_slots_mutex);
+    for (Slot* s : g_slots)
+        if (s->stopping == stopping && s->in_kernel.load(std::memory_order_relaxed)) pthread_kill(s->thread, kTimeoutSignal);
 }
 
 } // namespace bitship::agent

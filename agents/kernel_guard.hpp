@@ -12,6 +12,7 @@
 // (malloc's, say) leaves that lock held. The agent logs every stop; an operator who sees
 // kernel_timeout or kernel_crashed repeatedly should restart the agent.
 
+#include <atomic>
 #include <chrono>
 #include <optional>
 #include <string>
@@ -25,8 +26,10 @@ namespace bitship::agent {
 void install_kernel_guard();
 
 /// Prepares the calling worker thread: its own alternate signal stack, so a kernel that
-/// overflows its stack is still caught, and its slot in the watchdog's table.
-void prepare_worker_thread();
+/// overflows its stack is still caught, and its slot in the watchdog's table. `stopping`, when
+/// given, is its pool's flag: once it is set, no kernel starts on this thread, and
+/// stop_kernels(stopping) stops the one running.
+void prepare_worker_thread(const std::atomic<bool>* stopping = nullptr);
 
 /// Runs `fn(ctx)`; returns an error if the kernel faulted or ran past `budget` (0: no budget).
 /// `started`, when given, is called once the kernel is published to the watchdog and before
@@ -49,5 +52,11 @@ bool kernels_running();
 
 /// Signals every worker whose kernel has run past its budget. Any thread; cheap when none has.
 void check_kernel_budgets();
+
+/// Stops the kernels running on the workers prepared with `stopping` (which the caller has set):
+/// each run_guarded there returns shutting_down. A kernel about to start when this runs may
+/// miss it and start (its thread had not yet read the flag): call again until the workers are
+/// gone. Any thread.
+void stop_kernels(const std::atomic<bool>* stopping);
 
 } // namespace bitship::agent

@@ -14,7 +14,17 @@ WorkerPool::WorkerPool(unsigned threads, std::chrono::microseconds spin, Engine*
     : count_(std::max(1u, threads)), spin_(spin), engine_(engine) {}
 
 void WorkerPool::start() {
-    for (unsigned i = 0; i < count_; ++i) threads_.emplace_back([this] { run(); });
+    {
+        std::lock_guard lock(mutex_);
+        alive_ = count_;
+    }
+    for (unsigned i = 0; i < count_; ++i)
+        threads_.emplace_back([this] {
+            run();
+            std::lock_guard lock(mutex_);
+            --alive_;
+            gone_cv_.notify_all();
+        });
 }
 
 WorkerPool::~WorkerPool() { stop(); }
@@ -33,7 +43,7 @@ bool WorkerPool::submit(std::function<void()> job) {
     return true;
 }
 
-std::vector<std::function<void()>> WorkerPool::stop() {
+std::vector<std::function<void()>> WorkerPool::stop(std::chrono::milliseconds grace, const std::function<void()>& overdue) {
     std::vector<std::function<void()>> left;
     {
         std::lock_guard lock(mutex_);
@@ -46,13 +56,26 @@ std::vector<std::function<void()>> WorkerPool::stop() {
     }
     cv_.notify_all();
     if (engine_) engine_->wake(); // a leading worker may sleep on the event fd
+    // A kernel that never returns (no kernel timeout) would hold the join for ever: past the
+    // grace, the kernels still running are stopped, again and again until every worker is out.
+    {
+        std::unique_lock lock(mutex_);
+        auto next = std::chrono::steady_clock::now() + grace;
+        while (!gone_cv_.wait_until(lock, next, [this] { return alive_ == 0; })) {
+            lock.unlock();
+            stop_kernels(&stop_flag_);
+            if (overdue) overdue();
+            lock.lock();
+            next = std::chrono::steady_clock::now() + kStopRetry;
+        }
+    }
     for (auto& t : threads_) t.join();
     threads_.clear();
     return left;
 }
 
 void WorkerPool::run() {
-    prepare_worker_thread();
+    prepare_worker_thread(&stop_flag_);
     using clock = std::chrono::steady_clock;
     for (;;) {
         std::function<void()> job;

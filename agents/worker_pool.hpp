@@ -33,8 +33,15 @@ public:
 
     /// Queues a job; false once stop() has begun (the caller answers it itself).
     bool submit(std::function<void()> job);
-    /// Finishes the running jobs, returns the ones never started, joins the threads.
-    std::vector<std::function<void()>> stop();
+    /// Finishes the running jobs, returns the ones never started, joins the threads. No kernel
+    /// starts on a worker once stop() has begun; kernels still running `grace` after it began
+    /// are stopped (shutting_down: kernel_guard.hpp's stop_kernels), and `overdue` is called
+    /// then too, and every kStopRetry until the workers are gone (the owner ends what else they
+    /// wait for: a GPU process).
+    std::vector<std::function<void()>> stop(std::chrono::milliseconds grace = kStopGrace,
+                                            const std::function<void()>& overdue = {});
+    static constexpr std::chrono::milliseconds kStopGrace{1000};
+    static constexpr std::chrono::milliseconds kStopRetry{10};
     [[nodiscard]] unsigned size() const noexcept { return count_; }
     /// Whether the calling thread is a worker of some pool that leads progress right now (it
     /// received what it is handling, and may run it itself).
@@ -66,6 +73,8 @@ private:
     std::atomic<std::size_t> queued_{0};
     std::atomic<unsigned> running_{0};
     std::atomic<bool> stop_flag_{false};
+    unsigned alive_ = 0;                ///< workers not yet returned from run() (under mutex_)
+    std::condition_variable gone_cv_;   ///< a worker returned
     std::atomic<bool> leading_{false};
     Engine* engine_ = nullptr;
     unsigned sleepers_ = 0;

@@ -73,7 +73,8 @@ int main(int argc, char** argv) {
                  "Kernels link only against the kernel.h runtime and a curated libc/libm subset.\n"
                  "With --authorized-keys, only clients holding one of those keys may call, and only code signed by one\n"
                  "runs (make keys with: xctl key generate FILE). Without it, only loopback clients, unless --insecure.\n"
-                 "SIGHUP re-reads --authorized-keys; SIGINT/SIGTERM stop the agent."};
+                 "SIGHUP re-reads --authorized-keys; SIGINT/SIGTERM stop the agent (kernels still running a second later\n"
+                 "are stopped and answered shutting_down; `xctl drain` lets them finish instead)."};
     app.set_version_flag("--version", "xagent 0.1.0");
     std::string listen = "127.0.0.1:7000";
     std::string port_file, transport = "any", progress = "spin-then-block", log_level = "info", cache_dir;

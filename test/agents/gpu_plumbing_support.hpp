@@ -30,12 +30,13 @@ constexpr auto kKernelTimeout = std::chrono::milliseconds(500);
 constexpr std::uint32_t kLargeBytes = 64u << 10;
 
 /// A --sandbox none agent on the fake driver, with a 1 MiB GPU region "data", a client and its
-/// connection.
+/// connection. `kernel_timeout`: the agent's --kernel-timeout-ms (0: none).
 struct FakeGpuAgent {
-    explicit FakeGpuAgent(const std::string& transport = "tcp")
+    explicit FakeGpuAgent(const std::string& transport = "tcp",
+                          std::chrono::milliseconds kernel_timeout = kKernelTimeout)
         : agent(transport,
                 {"--sandbox", "none", "--cuda-library", BITSHIP_FAKE_CUDA, "--region",
-                 "data=1M@gpu0", "--kernel-timeout-ms", std::to_string(kKernelTimeout.count())}),
+                 "data=1M@gpu0", "--kernel-timeout-ms", std::to_string(kernel_timeout.count())}),
           client(make_client(transport)), target(connect(client, agent)) {}
     std::uint64_t counter(const std::string& name) { return agent_counters(client, target)[name]; }
     /// SIGTERM: the agent lets its GPU go (context, memory, the driver's handles) and exits 0.

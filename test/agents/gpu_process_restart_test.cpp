@@ -15,6 +15,7 @@
 #include <gpu_ops_kernels.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace bitship;
@@ -147,4 +148,38 @@ TEST_CASE("gpu plumbing (fake driver): each GPU is held by a bitship-gpu process
     // The agent ends its GPU process when it stops (and reaps it: the pid is gone).
     CHECK(g.stops_cleanly());
     CHECK(::kill(replaced[0], 0) != 0);
+}
+
+TEST_CASE("gpu plumbing (fake driver): SIGTERM stops an agent whose GPU kernel never returns and "
+          "that has no kernel timeout: the GPU process is ended and the call answered",
+          "[integration][gpu]") {
+    FakeGpuAgent g("tcp", std::chrono::milliseconds(0));
+    auto o = on_gpu();
+    o.grid = {1, 1, 1};
+    o.block = {1, 1, 1};
+    auto spinning = g.client.ship(gpu_ops_kernels::spin_forever, g.target, o);
+    // Loaded on the GPU, so launched next (the launch is not counted until it returns).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (g.counter("gpu_compiles") < 1) {
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CHECK_FALSE(spinning.ready());
+    const auto processes = children_named(g.agent.pid(), "bitship-gpu");
+    REQUIRE(processes.size() == 1);
+    const auto began = std::chrono::steady_clock::now();
+    REQUIRE(::kill(g.agent.pid(), SIGTERM) == 0);
+    auto status = bitship::test::wait_for_exit(g.agent, std::chrono::seconds(10));
+    INFO(g.agent.log());
+    REQUIRE(status);
+    CHECK(WIFEXITED(*status));
+    CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(5));
+    CHECK(::kill(processes[0], 0) != 0); // ended and reaped, not orphaned
+    CHECK_THAT(g.agent.log(), !Catch::Contains("the context was recreated")); // no new process
+    REQUIRE(spinning.wait_for(std::chrono::seconds(10)));
+    auto r = spinning.get();
+    REQUIRE_FALSE(r);
+    INFO(r.error().describe());
+    CHECK((r.error().code == Errc::shutting_down || r.error().code == Errc::disconnected));
 }

@@ -529,3 +529,33 @@ TEST_CASE("an idle agent sleeps instead of spinning", "[integration]") {
     INFO("idle agent used " << used << " ms of CPU in 2 s");
     CHECK(used < 100.0); // a spinning agent would use ~2000
 }
+
+TEST_CASE("SIGTERM stops an agent whose kernel never returns and that has no kernel timeout", "[integration]") {
+    // Before, the agent waited for the kernel for ever: only SIGKILL ended it.
+    AgentProcess agent("tcp", {"--kernel-timeout-ms", "0", "--workers", "1"});
+    auto client = make_client("tcp", 60s);
+    auto target = connect(client, agent);
+    auto spinning = client.ship(behaviour_kernels::spin_forever, target);
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (agent_counters(client, target)["code_received"] < 1) {
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(5ms);
+    }
+    std::this_thread::sleep_for(200ms); // compiled and running
+    CHECK_FALSE(spinning.ready());
+    const auto began = std::chrono::steady_clock::now();
+    REQUIRE(kill(agent.pid(), SIGTERM) == 0);
+    auto status = bitship::test::wait_for_exit(agent, 10s);
+    INFO(agent.log());
+    REQUIRE(status);
+    CHECK(WIFEXITED(*status));
+    CHECK(WEXITSTATUS(*status) == 0);
+    CHECK(std::chrono::steady_clock::now() - began < 5s); // the grace (1 s), then the kernel is stopped
+    REQUIRE(spinning.wait_for(10s));
+    auto r = spinning.get();
+    REQUIRE_FALSE(r);
+    INFO(r.error().describe());
+    // Answered as stopped when the answer left before the agent did; else the connection's end.
+    CHECK((r.error().code == Errc::shutting_down || r.error().code == Errc::disconnected));
+    if (r.error().code == Errc::shutting_down) CHECK_THAT(r.error().message, Catch::Contains("the kernel was stopped"));
+}
