@@ -65,6 +65,9 @@ struct AgentConfig {
     /// The program that holds each GPU's context (bitship-gpu, gpu_process.hpp); empty: the one
     /// beside this program.
     std::filesystem::path gpu_program;
+    /// GPU modules kept loaded per GPU, with their PTX (GpuProcess::Options::max_modules): past
+    /// it the least recently launched is unloaded.
+    std::size_t gpu_modules = 64;
     /// GPU regions made at start ("NAME=SIZE@gpuN"): device memory only GPU kernels see.
     struct GpuRegion {
         std::string name;

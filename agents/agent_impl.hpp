@@ -73,6 +73,8 @@ struct RunRequest {
     std::shared_ptr<BulkWindow> window;
     /// Arguments copied out of the window, where no sandbox call buffer copies them.
     std::vector<std::byte> window_args;
+    /// A GPU call whose module was unloaded to make room before it ran is loaded again once.
+    bool gpu_reloaded = false;
 };
 
 /// A kernel this long pays the engine's thread's wake-up (a few µs) to keep the agent answering
@@ -208,9 +210,14 @@ struct Agent::Impl {
         out.emplace_back("progress_handovers", engine->progress_handovers());
         // GPU contexts recreated (in a new bitship-gpu process) after a fault, a kernel past its
         // time or the process's death (gpu_process.hpp).
-        std::uint64_t resets = 0;
-        for (const auto& g : gpus) resets += g->restarts();
+        std::uint64_t resets = 0, evictions = 0;
+        for (const auto& g : gpus) {
+            resets += g->restarts();
+            evictions += g->module_evictions();
+        }
         out.emplace_back("gpu_context_resets", resets);
+        // GPU modules unloaded to make room for others (xagent --gpu-modules).
+        out.emplace_back("gpu_module_evictions", evictions);
         return out;
     }
 

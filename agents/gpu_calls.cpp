@@ -43,7 +43,7 @@ Result<void> Agent::Impl::open_gpus() {
         auto program = GpuProcess::find_program(config.gpu_program);
         if (!program) cuda_summary += fmt::format(" (no GPU runs kernels: {})", program.error().message);
         for (const auto& d : program ? driver->devices : std::vector<CudaDevice>{}) {
-            auto gpu = GpuProcess::start({*program, d.ordinal, config.cuda_library});
+            auto gpu = GpuProcess::start({*program, d.ordinal, config.cuda_library, config.gpu_modules});
             if (!gpu) { // later ordinals would shift: stop at the first that cannot be used
                 spdlog::warn("xagent: GPU {} ({}) cannot run kernels: {}", d.ordinal, d.name, gpu.error().describe());
                 cuda_summary += fmt::format(" (GPU {} unusable: {})", d.ordinal, gpu.error().message);
@@ -172,6 +172,15 @@ void Agent::Impl::launch_gpu(std::shared_ptr<RunRequest> r) {
         auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - began).count();
         kernel_stats.on_run(kernel_stats.slot(r->run.hash, r->run.entry), static_cast<std::uint64_t>(took), nullptr, 0);
         engine->post([this, r, out = std::move(out)]() mutable {
+            if (!out && out.error().code == Errc::code_missing && !r->gpu_reloaded) {
+                // Its module was unloaded to make room (--gpu-modules) after the call was
+                // routed: the call takes the first call's path again (compile, or NEED_CODE).
+                r->gpu_reloaded = true;
+                spdlog::debug("GPU kernel '{}' of {}: its module was unloaded before it ran; loading it again",
+                              r->run.entry, to_hex(r->run.hash, 16));
+                on_gpu_run(std::move(r));
+                return;
+            }
             counters.gpu_runs.fetch_add(1, std::memory_order_relaxed);
             if (!out) {
                 if (out.error().code == Errc::kernel_timeout) counters.kernel_timeouts.fetch_add(1, std::memory_order_relaxed);

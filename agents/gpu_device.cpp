@@ -453,6 +453,19 @@ Result<void> GpuDevice::load_module(const CodeHash& hash, const std::string& ptx
     return {};
 }
 
+Result<void> GpuDevice::unload_module(const CodeHash& hash) {
+    std::lock_guard lock(impl_->mutex);
+    auto it = impl_->modules.find(hash);
+    if (it == impl_->modules.end()) return {};
+    if (auto r = impl_->ready(); !r) return r;
+    const auto handle = it->second.handle;
+    impl_->modules.erase(it);
+    if (handle != nullptr)
+        if (CUresult r = impl_->cu.cuModuleUnload(handle); r != cuda::kSuccess)
+            return tl::make_unexpected(impl_->failed("cuModuleUnload", r));
+    return {};
+}
+
 // 1. check the geometry against the device's limits; 2. find (or reload) the kernel; 3. make
 // the parameter buffers big enough and fill them: arguments, a zeroed result, the regions table;
 // 4. launch; 5. wait; 6. copy the result out.

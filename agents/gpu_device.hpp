@@ -112,6 +112,9 @@ public:
     /// text (for geometry_for). Loading a hash already loaded does nothing.
     /// compile_failed with the driver's JIT error log when the driver refuses the PTX.
     Result<void> load_module(const CodeHash& hash, const std::string& ptx);
+    /// Unloads module `hash` (cuModuleUnload) and forgets its PTX; a hash not loaded is no
+    /// error. Errors name the driver's.
+    Result<void> unload_module(const CodeHash& hash);
 
     /// Runs kernel `entry` of module `hash`: copies `args` to device memory (16-byte aligned),
     /// zeroes a result buffer of `result_bytes` (at least 1 byte is allocated), launches with

@@ -54,8 +54,14 @@ struct GpuProcess::Impl {
     std::optional<proto::Window> window; ///< made once, passed to every process
     ChildProcess child;                  ///< pid -1 when none runs
     std::vector<GpuDevice::RegionView> regions;
-    std::map<CodeHash, std::string> modules; ///< every module's PTX
-    std::set<CodeHash> loaded;               ///< those the current process has loaded
+    struct Kept {
+        std::string ptx;
+        std::uint64_t used = 0; ///< `uses` at its last load or launch
+    };
+    std::map<CodeHash, Kept> modules; ///< every module kept, with its PTX
+    std::set<CodeHash> loaded;        ///< those the current process has loaded
+    std::uint64_t uses = 0;
+    std::atomic<std::uint64_t> evictions{0};
     std::atomic<std::uint64_t> restarts{0};
     /// abort(): the process's pid while one runs (-1 otherwise), and whether the agent stops.
     std::atomic<pid_t> running_pid{-1};
@@ -233,13 +239,34 @@ struct GpuProcess::Impl {
         if (loaded.contains(hash)) return {};
         auto m = modules.find(hash);
         if (m == modules.end())
-            return fail(Errc::entry_not_found,
-                        fmt::format("{}: module {} is not loaded", where, to_hex(hash, 12)));
-        auto r = call(proto::encode(proto::LoadModule{hash, m->second}),
+            return fail(Errc::code_missing,
+                        fmt::format("{}: module {} is not loaded (unloaded to make room for others, "
+                                    "or never loaded)", where, to_hex(hash, 12)));
+        auto r = call(proto::encode(proto::LoadModule{hash, m->second.ptx}),
                       Clock::now() + kRequestTimeout, Errc::internal);
         if (!r) return tl::make_unexpected(r.error());
         loaded.insert(hash);
         return {};
+    }
+
+    /// Unloads the least recently used module until fewer than max_modules are kept. An unload
+    /// that fails (the process lost: it restarts) still drops the module: a new process loads
+    /// only what is launched.
+    void make_room() {
+        while (!modules.empty() && modules.size() >= std::max<std::size_t>(options.max_modules, 1)) {
+            auto victim = std::min_element(modules.begin(), modules.end(),
+                                           [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+            const CodeHash hash = victim->first;
+            if (loaded.erase(hash) > 0) {
+                auto r = call(proto::encode(proto::UnloadModule{hash}), Clock::now() + kRequestTimeout,
+                              Errc::internal);
+                if (!r) spdlog::warn("{}: unloading module {}: {}", where, to_hex(hash, 12), r.error().describe());
+            }
+            modules.erase(hash);
+            evictions.fetch_add(1, std::memory_order_relaxed);
+            spdlog::info("{}: unloaded module {} to make room ({} kept at most: xagent --gpu-modules)", where,
+                         to_hex(hash, 12), options.max_modules);
+        }
     }
 
     const GpuDevice::RegionView* find_region(std::string_view name) const {
@@ -292,7 +319,7 @@ GpuGeometry GpuProcess::geometry_for(const CodeHash& hash, std::string_view entr
     std::lock_guard lock(impl_->mutex);
     auto m = impl_->modules.find(hash);
     return m == impl_->modules.end() ? default_geometry(impl_->info.gpu.limits)
-                                     : launch_geometry(impl_->info.gpu.limits, m->second, entry);
+                                     : launch_geometry(impl_->info.gpu.limits, m->second.ptx, entry);
 }
 
 Result<void> GpuProcess::add_region(const std::string& name, std::uint64_t size) {
@@ -327,10 +354,11 @@ bool GpuProcess::has_module(const CodeHash& hash) const {
 Result<void> GpuProcess::load_module(const CodeHash& hash, const std::string& ptx) {
     std::lock_guard lock(impl_->mutex);
     if (impl_->modules.contains(hash)) return {};
+    impl_->make_room();
     auto r = impl_->call(proto::encode(proto::LoadModule{hash, ptx}),
                          Clock::now() + kRequestTimeout, Errc::internal);
     if (!r) return tl::make_unexpected(r.error());
-    impl_->modules.emplace(hash, ptx);
+    impl_->modules.emplace(hash, Impl::Kept{ptx, ++impl_->uses});
     impl_->loaded.insert(hash);
     return {};
 }
@@ -348,6 +376,7 @@ Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry,
                         impl_->where, args.size(), result_bytes, window.size()));
     if (auto r = impl_->ensure_loaded(hash); !r)
         return tl::make_unexpected(r.error()); // starts one if none runs
+    impl_->modules.at(hash).used = ++impl_->uses;
     proto::Launch m;
     m.hash = hash;
     m.entry = std::string(entry);
@@ -409,6 +438,10 @@ Result<void> GpuProcess::write(std::string_view name, std::uint64_t offset,
         done += n;
     } while (done < in.size());
     return {};
+}
+
+std::uint64_t GpuProcess::module_evictions() const noexcept {
+    return impl_->evictions.load(std::memory_order_relaxed);
 }
 
 void GpuProcess::abort() noexcept {

@@ -41,7 +41,11 @@ public:
         std::filesystem::path program; ///< bitship-gpu (find_program)
         int ordinal = 0;
         std::string cuda_library; ///< passed on: the driver library the process opens
+        /// Modules kept (loaded, with their PTX) at most; past it the least recently launched
+        /// is unloaded, and a later call to it is code_missing (the agent compiles it again).
+        std::size_t max_modules = kDefaultMaxModules;
     };
+    static constexpr std::size_t kDefaultMaxModules = 64;
     /// `configured` when given, else bitship-gpu beside this program (/proc/self/exe). io_error
     /// naming where it looked when it is not there.
     static Result<std::filesystem::path> find_program(const std::filesystem::path& configured);
@@ -65,12 +69,16 @@ public:
     [[nodiscard]] std::vector<GpuDevice::RegionView> regions() const;
 
     /// Whether module `hash` was loaded (in this process or an earlier one: it reloads from
-    /// its kept PTX when next launched).
+    /// its kept PTX when next launched) and not unloaded since to make room.
     [[nodiscard]] bool has_module(const CodeHash& hash) const;
-    /// As GpuDevice::load_module.
+    /// As GpuDevice::load_module; when Options::max_modules are kept, the least recently
+    /// launched one is unloaded first.
     Result<void> load_module(const CodeHash& hash, const std::string& ptx);
+    /// Modules unloaded to make room for others, so far.
+    [[nodiscard]] std::uint64_t module_evictions() const noexcept;
     /// As GpuDevice::launch; too_large when the arguments or the result do not fit the window
-    /// (gpu_protocol::kWindowBytes). A kernel_crashed or kernel_timeout (and any error that
+    /// (gpu_protocol::kWindowBytes); code_missing when module `hash` is not kept (never loaded,
+    /// or unloaded to make room since). A kernel_crashed or kernel_timeout (and any error that
     /// poisoned the context, or the process's death) restarts the process: the error then says "the
     /// context was recreated in a new GPU process", and "GPU regions were allocated again (their
     /// contents are lost)" when there are any.

@@ -66,6 +66,12 @@ std::vector<std::byte> serve(GpuDevice& gpu, std::span<std::byte> window,
         if (auto r = gpu.load_module(m->hash, m->ptx); !r) return failed(r.error());
         return proto::encode_ok();
     }
+    case proto::Type::unload_module: {
+        auto m = proto::decode_unload_module(frame);
+        if (!m) return failed(m.error());
+        if (auto r = gpu.unload_module(m->hash); !r) return failed(r.error());
+        return proto::encode_ok();
+    }
     case proto::Type::launch: { // the decoder holds both sizes to the window's
         auto m = proto::decode_launch(frame);
         if (!m) return failed(m.error());

@@ -179,6 +179,12 @@ std::vector<std::byte> encode(const LoadModule& m) {
     return std::move(w).take();
 }
 
+std::vector<std::byte> encode(const UnloadModule& m) {
+    auto w = start(Type::unload_module, sizeof(CodeHash));
+    put_hash(w, m.hash);
+    return std::move(w).take();
+}
+
 std::vector<std::byte> encode(const Launch& m) {
     auto w = start(Type::launch, 128 + m.entry.size());
     put_hash(w, m.hash);
@@ -215,7 +221,7 @@ std::vector<std::byte> encode(const Failed& m) {
 Result<Type> type_of(std::span<const std::byte> frame) {
     if (frame.empty()) return tl::make_unexpected(malformed("empty frame"));
     const auto t = static_cast<std::uint8_t>(frame[0]);
-    if (t < static_cast<std::uint8_t>(Type::ready) || t > static_cast<std::uint8_t>(Type::failed))
+    if (t < static_cast<std::uint8_t>(Type::ready) || t > static_cast<std::uint8_t>(Type::unload_module))
         return tl::make_unexpected(malformed(fmt::format("unknown message type {}", t)));
     return static_cast<Type>(t);
 }
@@ -268,6 +274,15 @@ Result<LoadModule> decode_load_module(std::span<const std::byte> frame) {
         return tl::make_unexpected(malformed("truncated LOAD_MODULE (or PTX over its cap)"));
     if (auto end = at_end(*r, "LOAD_MODULE"); !end) return tl::make_unexpected(end.error());
     return LoadModule{*h, std::move(*ptx)};
+}
+
+Result<UnloadModule> decode_unload_module(std::span<const std::byte> frame) {
+    auto r = open(frame, Type::unload_module);
+    if (!r) return tl::make_unexpected(r.error());
+    auto h = hash(*r);
+    if (!h) return tl::make_unexpected(malformed("truncated UNLOAD_MODULE"));
+    if (auto end = at_end(*r, "UNLOAD_MODULE"); !end) return tl::make_unexpected(end.error());
+    return UnloadModule{*h};
 }
 
 Result<Launch> decode_launch(std::span<const std::byte> frame) {

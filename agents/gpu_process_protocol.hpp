@@ -10,6 +10,7 @@
 //                                          ◄──  READY {version, the GPU: name, bus id, sm, limits}
 //   ADD_REGION {name, size}                ──►  cuMemAlloc, zeroed           ◄── OK {0}
 //   LOAD_MODULE {hash, PTX}                ──►  cuModuleLoadDataEx            ◄── OK {0}
+//   UNLOAD_MODULE {hash}                   ──►  cuModuleUnload                ◄── OK {0}
 //   LAUNCH {hash, entry, geometry, result bytes, timeout, args bytes}  ──►  run, wait
 //                                               ◄── OK {result bytes, in the window}
 //   READ {region, offset, length}          ──►  device to the window          ◄── OK {length}
@@ -36,7 +37,7 @@
 
 namespace bitship::agent::gpu_protocol {
 
-inline constexpr std::uint32_t kVersion = 1;
+inline constexpr std::uint32_t kVersion = 2; ///< 2: UNLOAD_MODULE
 /// The process's fds: its end of the socket, and the window.
 inline constexpr int kProcessFd = 3;
 inline constexpr int kWindowFd = 4;
@@ -57,7 +58,8 @@ enum class Type : std::uint8_t {
     read = 5,
     write = 6,
     ok = 7,
-    failed = 8
+    failed = 8,
+    unload_module = 9
 };
 
 /// The GPU as the process opened it.
@@ -72,6 +74,9 @@ struct AddRegion {
 struct LoadModule {
     CodeHash hash{};
     std::string ptx;
+};
+struct UnloadModule {
+    CodeHash hash{};
 };
 struct Launch {
     CodeHash hash{};
@@ -115,6 +120,7 @@ private:
 std::vector<std::byte> encode(const Ready& m);
 std::vector<std::byte> encode(const AddRegion& m);
 std::vector<std::byte> encode(const LoadModule& m);
+std::vector<std::byte> encode(const UnloadModule& m);
 std::vector<std::byte> encode(const Launch& m);
 std::vector<std::byte> encode_read(const Transfer& m);
 std::vector<std::byte> encode_write(const Transfer& m);
@@ -127,6 +133,7 @@ Result<Type> type_of(std::span<const std::byte> frame);
 Result<Ready> decode_ready(std::span<const std::byte> frame);
 Result<AddRegion> decode_add_region(std::span<const std::byte> frame);
 Result<LoadModule> decode_load_module(std::span<const std::byte> frame);
+Result<UnloadModule> decode_unload_module(std::span<const std::byte> frame);
 Result<Launch> decode_launch(std::span<const std::byte> frame);
 Result<Transfer> decode_read(std::span<const std::byte> frame);
 Result<Transfer> decode_write(std::span<const std::byte> frame);

@@ -162,6 +162,11 @@ int main(int argc, char** argv) {
     app.add_option("--gpu-program", gpu_program,
                    "the program that holds each GPU's CUDA context, one process per GPU, restarted after a GPU fault "
                    "or a kernel past its timeout (default: bitship-gpu beside xagent)");
+    std::size_t gpu_modules = config.gpu_modules;
+    app.add_option("--gpu-modules", gpu_modules,
+                   "GPU modules (shipped GPU code, with its PTX) each GPU keeps loaded; past it the least recently "
+                   "launched is unloaded, and a later call to it is compiled again")
+        ->check(CLI::PositiveNumber)->capture_default_str();
     std::string region_memory = "auto";
     app.add_option("--region-memory", region_memory,
                    "what backs regions: shared (same-host clients read them by direct loads; huge pages only where the "
@@ -277,6 +282,7 @@ int main(int argc, char** argv) {
     config.gpus = !no_gpu;
     config.cuda_library = cuda_library;
     config.gpu_program = gpu_program;
+    config.gpu_modules = gpu_modules;
     if (!no_native)
         for (const auto& k : xrdma::native_kernels()) config.native_kernels.emplace_back(k.name, k.fn);
 

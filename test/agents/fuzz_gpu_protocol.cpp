@@ -15,6 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (auto m = proto::decode_ready(frame)) sink = sink + m->gpu.name.size() + m->gpu.limits.max_grid[2];
     if (auto m = proto::decode_add_region(frame)) sink = sink + m->size;
     if (auto m = proto::decode_load_module(frame)) sink = sink + m->ptx.size();
+    if (auto m = proto::decode_unload_module(frame)) sink = sink + static_cast<std::uint8_t>(m->hash[0]);
     if (auto m = proto::decode_launch(frame)) {
         if (m->args_bytes > proto::kWindowBytes || m->result_bytes > proto::kWindowBytes)
             __builtin_trap();

@@ -289,6 +289,20 @@ TEST_CASE("a GPU launch names what is wrong: an unknown kernel or module, a geom
     CHECK_FALSE(gpu->has_module(hash_of(bad)));
     CHECK(gpu->modules_loaded() == 1);
     CHECK(gpu->poisoned().empty());
+
+    // Unloaded, a module is gone (its driver module with it); unloading twice is no error.
+    REQUIRE(gpu->unload_module(hash));
+    CHECK_FALSE(gpu->has_module(hash));
+    {
+        auto l = fake::lock();
+        CHECK(fake.state.modules.empty());
+    }
+    auto gone = gpu->launch(hash, "sum_u64", bytes_of(args), 8, GpuGeometry{}, 1s);
+    REQUIRE_FALSE(gone);
+    CHECK(gone.error().code == Errc::entry_not_found);
+    CHECK(gpu->unload_module(hash));
+    REQUIRE(gpu->load_module(hash, fake::kFakePtx)); // and loads again
+    CHECK(gpu->launch(hash, "sum_u64", bytes_of(args), 8, GpuGeometry{}, 1s).has_value());
     CHECK(fake.violations().empty());
 }
 

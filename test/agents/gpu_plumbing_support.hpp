@@ -13,6 +13,7 @@
 #include <cstring>
 #include <string>
 #include <sys/wait.h>
+#include <vector>
 
 namespace bitship::test::gpu_plumbing {
 
@@ -30,14 +31,20 @@ constexpr auto kKernelTimeout = std::chrono::milliseconds(500);
 constexpr std::uint32_t kLargeBytes = 64u << 10;
 
 /// A --sandbox none agent on the fake driver, with a 1 MiB GPU region "data", a client and its
-/// connection. `kernel_timeout`: the agent's --kernel-timeout-ms (0: none).
+/// connection. `kernel_timeout`: the agent's --kernel-timeout-ms (0: none); `extra`: more of
+/// its options.
 struct FakeGpuAgent {
     explicit FakeGpuAgent(const std::string& transport = "tcp",
-                          std::chrono::milliseconds kernel_timeout = kKernelTimeout)
-        : agent(transport,
-                {"--sandbox", "none", "--cuda-library", BITSHIP_FAKE_CUDA, "--region",
-                 "data=1M@gpu0", "--kernel-timeout-ms", std::to_string(kernel_timeout.count())}),
+                          std::chrono::milliseconds kernel_timeout = kKernelTimeout,
+                          const std::vector<std::string>& extra = {})
+        : agent(transport, with(extra, {"--sandbox", "none", "--cuda-library", BITSHIP_FAKE_CUDA, "--region",
+                                        "data=1M@gpu0", "--kernel-timeout-ms",
+                                        std::to_string(kernel_timeout.count())})),
           client(make_client(transport)), target(connect(client, agent)) {}
+    static std::vector<std::string> with(std::vector<std::string> extra, std::vector<std::string> base) {
+        base.insert(base.end(), extra.begin(), extra.end());
+        return base;
+    }
     std::uint64_t counter(const std::string& name) { return agent_counters(client, target)[name]; }
     /// SIGTERM: the agent lets its GPU go (context, memory, the driver's handles) and exits 0.
     bool stops_cleanly() {

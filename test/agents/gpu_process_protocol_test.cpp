@@ -73,6 +73,11 @@ TEST_CASE("gpu process protocol: every message round-trips and every truncation 
     CHECK(module->ptx == ".version 8.0\n");
     check_prefixes_refused(proto::encode(proto::LoadModule{some_hash(), "x"}),
                            proto::decode_load_module);
+    auto unload = proto::decode_unload_module(proto::encode(proto::UnloadModule{some_hash()}));
+    REQUIRE(unload);
+    CHECK(unload->hash == some_hash());
+    check_prefixes_refused(proto::encode(proto::UnloadModule{some_hash()}),
+                           proto::decode_unload_module);
 
     proto::Launch launch;
     launch.hash = some_hash();
