@@ -26,7 +26,9 @@ TEST_CASE("gpu plumbing (fake driver): an agent keeps at most --gpu-modules modu
     auto twice = [&](std::uint64_t v) {
         return g.client.ship(device_kernels::twice, g.target, on_gpu(), v).get_as<std::uint64_t>();
     };
-    auto sum = [&] { return g.client.ship(gpu_ops_kernels::sum_u64, g.target, on_gpu(), kRegionU64s).get(); };
+    auto sum = [&] {
+        return g.client.ship(gpu_ops_kernels::sum_u64, g.target, on_gpu(), kRegionU64s).get();
+    };
 
     auto a = twice(21);
     INFO((a ? std::string() : a.error().describe()) << "\n" << g.agent.log());
@@ -50,15 +52,17 @@ TEST_CASE("gpu plumbing (fake driver): an agent keeps at most --gpu-modules modu
     CHECK(g.counter("need_code_sent") == asked_before + 1);
     CHECK(g.counter("gpu_compiles") == 3);
     CHECK(g.counter("gpu_module_evictions") == 2);
-    CHECK_THAT(g.agent.log(), Catch::Contains("unloaded module") && Catch::Contains("--gpu-modules"));
+    CHECK_THAT(g.agent.log(),
+               Catch::Contains("unloaded module") && Catch::Contains("--gpu-modules"));
 
     // Calls of both in flight at once, so some are routed to a module that is unloaded before
     // they run: each still gets its answer.
     constexpr int kCalls = 24;
     std::vector<Future> futures;
     for (int i = 0; i < kCalls; ++i)
-        futures.push_back(i % 2 == 0 ? g.client.ship(device_kernels::twice, g.target, on_gpu(), std::uint64_t(i))
-                                     : g.client.ship(gpu_ops_kernels::sum_u64, g.target, on_gpu(), kRegionU64s));
+        futures.push_back(
+            i % 2 == 0 ? g.client.ship(device_kernels::twice, g.target, on_gpu(), std::uint64_t(i))
+                       : g.client.ship(gpu_ops_kernels::sum_u64, g.target, on_gpu(), kRegionU64s));
     for (int i = 0; i < kCalls; ++i) {
         auto r = futures[i].get();
         INFO("call " << i << ": " << said(r) << "\n" << g.agent.log());
@@ -74,7 +78,8 @@ TEST_CASE("gpu plumbing (fake driver): a GPU call whose module is unloaded after
     using namespace std::chrono_literals;
     // One worker, held by a CPU kernel while the calls queue behind it in a known order.
     FakeGpuAgent g("tcp", 10s, {"--gpu-modules", "1", "--workers", "1", "--log-level", "debug"});
-    auto twice = g.client.ship(device_kernels::twice, g.target, on_gpu(), std::uint64_t{1}).get_as<std::uint64_t>();
+    auto twice = g.client.ship(device_kernels::twice, g.target, on_gpu(), std::uint64_t{1})
+                     .get_as<std::uint64_t>();
     INFO((twice ? std::string() : twice.error().describe()) << "\n" << g.agent.log());
     REQUIRE(twice);
     CHECK(*twice == 2);
@@ -107,7 +112,8 @@ TEST_CASE("gpu plumbing (fake driver): a GPU call whose module is unloaded after
     INFO((ten ? std::string() : ten.error().describe()));
     REQUIRE(ten);
     CHECK(*ten == 10);
-    CHECK_THAT(g.agent.log(), Catch::Contains("its module was unloaded before it ran; loading it again"));
+    CHECK_THAT(g.agent.log(),
+               Catch::Contains("its module was unloaded before it ran; loading it again"));
     CHECK(g.counter("gpu_module_evictions") >= 2);
     CHECK(g.stops_cleanly());
 }
