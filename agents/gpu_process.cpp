@@ -63,9 +63,17 @@ struct GpuProcess::Impl {
     std::uint64_t uses = 0;
     std::atomic<std::uint64_t> evictions{0};
     std::atomic<std::uint64_t> restarts{0};
-    /// abort(): the process's pid while one runs (-1 otherwise), and whether the agent stops.
-    std::atomic<pid_t> running_pid{-1};
+    /// abort(): the process's pid while one runs and is not yet being reaped (-1 otherwise),
+    /// under its own lock (abort() cannot take `mutex`: the launch it ends holds that), so a
+    /// pid is signalled only before it is reaped, never after it could be another process's.
+    std::mutex pid_mutex;
+    pid_t running_pid = -1;
     std::atomic<bool> aborted{false};
+    void set_running_pid(pid_t pid) {
+        std::lock_guard lock(pid_mutex);
+        running_pid = pid;
+        if (pid > 0 && aborted.load()) ::kill(pid, SIGKILL); // abort() came while this one started
+    }
 
     ~Impl() {
         std::lock_guard lock(mutex);
@@ -79,7 +87,7 @@ struct GpuProcess::Impl {
         child.fd = -1;
         loaded.clear();
         if (child.pid < 0) return {};
-        running_pid.store(-1);
+        set_running_pid(-1); // before the reaping
         const ChildEnd end = end_child(child.pid, grace);
         child.pid = -1;
         if (!end.known) return "its exit status is unknown";
@@ -100,8 +108,7 @@ struct GpuProcess::Impl {
         auto spawned = spawn_with_socket(argv, proto::kProcessFd, {window->fd()});
         if (!spawned) return tl::make_unexpected(spawned.error());
         child = *spawned;
-        running_pid.store(child.pid);
-        if (aborted.load()) ::kill(child.pid, SIGKILL); // abort() came while this one started
+        set_running_pid(child.pid);
         auto frame = read_frame(child.fd, proto::kMaxFrame, kPeer, Clock::now() + kStartTimeout);
         auto failed = [&](const std::string& why) {
             auto ended = stop(std::chrono::milliseconds(0));
@@ -445,8 +452,9 @@ std::uint64_t GpuProcess::module_evictions() const noexcept {
 }
 
 void GpuProcess::abort() noexcept {
+    std::lock_guard lock(impl_->pid_mutex);
     impl_->aborted.store(true);
-    if (const pid_t pid = impl_->running_pid.load(); pid > 0) ::kill(pid, SIGKILL);
+    if (impl_->running_pid > 0) ::kill(impl_->running_pid, SIGKILL);
 }
 
 std::uint64_t GpuProcess::restarts() const noexcept {
