@@ -22,6 +22,7 @@
 #include <bitship/transport.hpp>
 
 #include "jit.hpp"
+#include "core/inflight_limits.hpp"
 #include "core/wire.hpp"
 
 namespace bitship::agent {
@@ -53,6 +54,11 @@ struct AgentConfig {
     }();
     std::chrono::milliseconds kernel_timeout{10000};
     wire::Limits limits;
+    /// What one connection may make this agent hold: its messages not yet answered (queued,
+    /// compiling, running) and its answers not yet delivered. Past either, its new messages are
+    /// refused with Errc::busy before their payload is received (xagent --max-inflight-calls,
+    /// --max-inflight-mib); other connections are not affected. 0: no limit.
+    InflightLimits per_connection{256ull << 20, 16384};
     bool loopback_only = false;
     /// Symbols the operator exports to kernels on purpose, beyond the runtime and libc subset.
     std::vector<jit::Export> exports;

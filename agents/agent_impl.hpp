@@ -68,6 +68,7 @@ struct RunRequest {
     std::uint64_t conn = 0; ///< the connection's id, so a reply never reaches a reused ep
     std::uint64_t id = 0;   ///< this hop's request id (NEED_CODE answers it)
     std::vector<std::byte> payload;
+    Hold hold; ///< the connection's share of AgentConfig::per_connection, until this is let go
     wire::Run run;
     /// The session's bulk window when the RUN uses it (run.window): held until answered.
     std::shared_ptr<BulkWindow> window;
@@ -120,7 +121,7 @@ struct Link {
     X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)                         \
     X(window_args) X(window_results) X(partial_compiles) X(left_out_calls)                          \
     X(gpu_runs) X(gpu_compiles) X(gpu_compile_failures) X(gpu_reads) X(gpu_writes)                  \
-    X(last_gpu_ptx_ns) X(last_gpu_load_ns) X(group_runs) X(group_calls)
+    X(last_gpu_ptx_ns) X(last_gpu_load_ns) X(group_runs) X(group_calls) X(busy_refusals)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};

@@ -55,6 +55,11 @@ void Agent::Impl::on_conn_request(ucp_conn_request_h request) {
 }
 
 void Agent::Impl::on_bad_message(ucp_ep_h ep, std::uint64_t id, const Error& e) {
+    if (e.code == Errc::busy) { // a connection at its limit (AgentConfig::per_connection): logged as a failed call
+        counters.busy_refusals.fetch_add(1, std::memory_order_relaxed);
+        if (ep && connections.contains(ep)) reply_error(ep, conn_of(ep), id, e);
+        return;
+    }
     counters.malformed_messages.fetch_add(1, std::memory_order_relaxed);
     spdlog::warn("bad message (request {}): {}", id, e.describe());
     if (ep && connections.contains(ep)) reply_error(ep, conn_of(ep), id, e);
@@ -164,6 +169,7 @@ void Agent::Impl::on_message(Incoming&& in) {
         r->id = in.header.request_id;
         r->run = std::get<wire::Run>(std::move(msg->body)); // spans into in.payload ...
         r->payload = std::move(in.payload);                  // ... whose buffer moves, not reallocates
+        r->hold = std::move(in.hold);
         on_run(std::move(r));
         return;
     }

@@ -146,6 +146,16 @@ int main(int argc, char** argv) {
     app.add_option("--max-message", max_message, "largest message accepted, bytes")->capture_default_str();
     app.add_option("--max-args", max_args, "largest argument block, bytes")->capture_default_str();
     app.add_option("--max-result", max_result, "largest kernel reply, bytes")->capture_default_str();
+    std::uint64_t inflight_calls = config.per_connection.messages, inflight_mib = config.per_connection.bytes >> 20;
+    app.add_option("--max-inflight-calls", inflight_calls,
+                   "messages one connection may have at this agent not yet answered (queued, compiling, running) "
+                   "plus answers not yet delivered to it; past it, its new ones are refused at once with 'busy' "
+                   "and other connections go on (0: no limit)")
+        ->capture_default_str();
+    app.add_option("--max-inflight-mib", inflight_mib,
+                   "the same limit in bytes of those messages and answers, MiB (one message alone always fits: "
+                   "--max-message bounds it; 0: no limit)")
+        ->capture_default_str();
     app.add_option("--region", region_specs,
                    "allocate and register memory region NAME=SIZE (e.g. chase=1G), or NAME=SIZE@gpuN in GPU N's memory "
                    "(read and written through the agent; only GPU kernels see it; needs --sandbox none); repeatable");
@@ -258,6 +268,7 @@ int main(int argc, char** argv) {
     config.compiler.path = compiler_path;
     config.compiler.cpu_limit = std::chrono::seconds(compiler_cpu_s);
     config.limits = {max_message, max_args, max_result};
+    config.per_connection = {inflight_mib << 20, inflight_calls};
     // Freed message buffers are kept for the next message instead of unmapped (memory_reuse.hpp).
     keep_freed_memory(max_message);
     config.loopback_only = loopback;

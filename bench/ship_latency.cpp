@@ -21,6 +21,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <bench_kernels.hpp>
 #include <bitship/client.hpp>
@@ -52,6 +53,7 @@ struct Config {
     int idle_ms = 5;
     std::string emulated_cpu = "neoverse-n1";
     bool bulk_window = true;
+    std::vector<std::string> agent_extra; ///< --agent-arg: passed to every agent as they are
 };
 
 Client make_client(Transport t, const Config& cfg) {
@@ -67,8 +69,10 @@ Client make_client(Transport t, const Config& cfg) {
 }
 
 std::vector<std::string> agent_args(const Config& cfg) {
-    return {"--progress", cfg.progress, "--spin-us", std::to_string(cfg.spin_us), "--log-level", "warn", "--workers", "1",
-            "--worker-spin-us", std::to_string(cfg.worker_spin_us)};
+    std::vector<std::string> args{"--progress", cfg.progress, "--spin-us", std::to_string(cfg.spin_us), "--log-level", "warn",
+                                  "--workers", "1", "--worker-spin-us", std::to_string(cfg.worker_spin_us)};
+    args.insert(args.end(), cfg.agent_extra.begin(), cfg.agent_extra.end());
+    return args;
 }
 
 template <class Call> std::vector<double> time_calls(int warmup, int reps, Call&& call) {
@@ -114,6 +118,9 @@ int main(int argc, char** argv) {
     bool no_window = false;
     app.add_flag("--no-bulk-window", no_window,
                  "no same-host bulk window (ClientOptions::bulk_window off): calls carry no window slot");
+    app.add_option("--agent-arg", cfg.agent_extra,
+                   "one more xagent argument for every agent, e.g. --agent-arg=--max-inflight-calls --agent-arg=0 "
+                   "(repeatable; printed in the header)");
     app.add_option("--csv", cfg.csv, "write the rows as CSV here");
     app.add_option("--json", cfg.json, "write the rows as JSON here");
     CLI11_PARSE(app, argc, argv);
@@ -151,6 +158,7 @@ int main(int argc, char** argv) {
                "agent: 1 worker thread, worker spin {} us\n",
                bench::cpu_description(), emulated ? " | agents: aarch64 EMULATED (qemu-user)" : "", cfg.progress, cfg.spin_us,
                cfg.worker_spin_us);
+    if (!cfg.agent_extra.empty()) fmt::print("  agents also get: {}\n", fmt::join(cfg.agent_extra, " "));
     fmt::print("  {} timed reps (ping and cached ship alternate) after {} warm-up; {} cold ships, each to a fresh agent;"
                " all on loopback, processes unpinned\n\n",
                cfg.reps, cfg.warmup, cfg.cold_reps);

@@ -48,6 +48,7 @@ struct ConfigDeleter {
 struct SendRecord {
     wire::Encoded message;
     std::atomic<std::uint64_t>* in_flight = nullptr; ///< the engine's count of sends not yet done
+    Hold hold; ///< the receiver's share of EngineOptions::per_peer until UCX is done with it
 };
 
 struct RecvRecord {
@@ -130,7 +131,7 @@ std::string_view to_string(ProgressMode m) noexcept {
 // token, and a guest (an agent's worker, a waiting caller) may lead before that thread starts.
 Engine::Engine(const EngineOptions& options, EngineHooks hooks)
     : options_(options), hooks_(std::move(hooks)), last_event_(Clock::now()), last_tick_(last_event_),
-      now_(last_event_) {}
+      now_(last_event_), inflight_(options.per_peer) {}
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, EngineHooks hooks) {
     std::unique_ptr<Engine> engine(new Engine(options, std::move(hooks)));
@@ -259,7 +260,13 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
                                                                      self->options_.max_message)}});
             return UCS_OK; // a rendezvous we do not receive is dropped by UCX
         }
-        Incoming in{ep, *hdr, std::vector<std::byte>(length)};
+        // The sender's share is taken before the payload is allocated (or a rendezvous fetched).
+        auto hold = self->inflight_.admit(ep, length);
+        if (!hold) {
+            self->bad_.push_back({ep, hdr->request_id, std::move(hold.error())});
+            return UCS_OK;
+        }
+        Incoming in{ep, *hdr, std::vector<std::byte>(length), std::move(*hold)};
         if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
             if (length) std::memcpy(in.payload.data(), data, length);
             self->arrived_.push_back(std::move(in));
@@ -416,6 +423,7 @@ void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
         spare.reset(record);
     } else if (!UCS_PTR_IS_ERR(req)) {
         sends_in_flight_.fetch_add(1, std::memory_order_relaxed); // on_send_done takes it off
+        record->hold = inflight_.charge(ep, m.payload.size());     // ... and this
     } else {
         spdlog::debug("{} send failed: {}", wire::to_string(m.header.type), ucs_status_string(UCS_PTR_STATUS(req)));
         delete record;
@@ -424,6 +432,7 @@ void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
 
 void Engine::close(ucp_ep_h ep) {
     std::erase(endpoints_, ep);
+    inflight_.forget(ep);
     drop_gathered(ep);
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;

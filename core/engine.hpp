@@ -30,6 +30,7 @@
 
 #include "core_sharing.hpp"
 #include "function_ref.hpp"
+#include "inflight_ledger.hpp"
 #include "wire.hpp"
 
 namespace bitship {
@@ -47,6 +48,9 @@ struct EngineOptions {
     std::uint64_t max_message = 64ull << 20;
     /// Loopback only (UCX_NET_DEVICES=lo) unless the environment already says otherwise.
     bool loopback_only = false;
+    /// What one peer may make this side hold (inflight_ledger.hpp): past it, its messages are
+    /// refused with Errc::busy before any buffer is allocated. None by default (a client's).
+    InflightLimits per_peer;
 };
 
 /// A message whose header decoded; the payload is owned here.
@@ -54,6 +58,9 @@ struct Incoming {
     ucp_ep_h ep = nullptr; ///< where to answer; null if the sender asked for no reply
     wire::Header header;
     std::vector<std::byte> payload;
+    /// The sender's share of EngineOptions::per_peer while this message is held: whoever keeps
+    /// the payload past on_message keeps this with it.
+    Hold hold;
 };
 
 /// What the owner of an engine is told, always on the progress thread, never inside a UCX
@@ -336,6 +343,8 @@ private:
     std::atomic<int> sleepers_{0}; ///< threads asleep on the event fd
     std::atomic<std::uint64_t> bytes_sent_{0};
     std::atomic<std::uint64_t> sends_in_flight_{0};
+    /// Each peer's held messages and undelivered answers (options_.per_peer); whoever progresses.
+    InflightLedger inflight_;
     std::atomic<std::uint64_t> core_moves_{0};
     std::atomic<std::uint64_t> handovers_{0};
     std::atomic<bool> handover_wanted_{false}; ///< a long kernel began: the engine's thread takes over at once

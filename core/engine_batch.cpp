@@ -75,8 +75,17 @@ void Engine::open_batch(Incoming&& batch) {
     batches_received_.fetch_add(1, std::memory_order_relaxed);
     if (!hooks_.on_message) return;
     Cork replies_together(*this);
-    for (const auto& item : *items)
-        hooks_.on_message(Incoming{batch.ep, item.header, std::vector<std::byte>(item.payload.begin(), item.payload.end())});
+    // Each item is held (and may be refused) on its own, as if it had come alone.
+    batch.hold.release();
+    for (const auto& item : *items) {
+        auto hold = inflight_.admit(batch.ep, item.payload.size());
+        if (!hold) {
+            if (hooks_.on_bad_message) hooks_.on_bad_message(batch.ep, item.header.request_id, hold.error());
+            continue;
+        }
+        hooks_.on_message(Incoming{batch.ep, item.header, std::vector<std::byte>(item.payload.begin(), item.payload.end()),
+                                   std::move(*hold)});
+    }
 }
 
 } // namespace bitship

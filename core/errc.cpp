@@ -36,6 +36,7 @@ std::string_view to_string(Errc code) noexcept {
     case Errc::policy_violation: return "policy_violation";
     case Errc::unauthorized: return "unauthorized";
     case Errc::no_device: return "no_device";
+    case Errc::busy: return "busy";
     }
     return "unknown_error";
 }

@@ -43,10 +43,11 @@ enum class Errc : std::uint32_t {
     policy_violation = 27,    ///< the kernel's code breaks the agent's code policy (asm, ctors, ...)
     unauthorized = 28,        ///< the agent does not know the client's key, or the code's author
     no_device = 29,           ///< a device (a GPU, its driver) the call or the agent needs is not there
+    busy = 30,                ///< the agent holds as many of this connection's messages as it allows: retry later
 };
 
 /// The highest code this build knows; newer codes from a peer decode as Errc::internal.
-inline constexpr Errc kLastErrc = Errc::no_device;
+inline constexpr Errc kLastErrc = Errc::busy;
 
 /// The stable, lower-case name of a code (`"unresolved_symbol"`).
 std::string_view to_string(Errc code) noexcept;

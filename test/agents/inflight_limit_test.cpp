@@ -1,0 +1,116 @@
+// A connection that floods an agent: past its limit of messages or bytes held at the agent
+// (xagent --max-inflight-calls, --max-inflight-mib), its new calls are refused at once with
+// `busy`, nothing admitted is lost, other connections go on, and it recovers once answered.
+
+#include "launcher.hpp"
+#include "test_support.hpp"
+
+#include <behaviour_kernels.hpp>
+#include <bitship/client.hpp>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+using namespace bitship;
+using bitship::launch::AgentProcess;
+using bitship::test::agent_counters;
+using bitship::test::connect;
+using bitship::test::make_client;
+using namespace std::chrono_literals;
+
+namespace {
+// Long enough (hundreds of ms) that every later call of the test arrives while it runs.
+constexpr std::uint64_t kBlockerSteps = 600'000'000;
+
+std::uint64_t value_of(const Bytes& b) {
+    std::uint64_t v = 0;
+    REQUIRE(b.size() == sizeof v);
+    std::memcpy(&v, b.data(), sizeof v);
+    return v;
+}
+} // namespace
+
+TEST_CASE("a connection past its in-flight call limit gets busy at once while others go on",
+          "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO("transport " << transport);
+    AgentProcess agent(transport, {"--workers", "1", "--max-inflight-calls", "4"});
+    auto flooder = make_client(transport);
+    auto other = make_client(transport);
+    auto target = connect(flooder, agent);
+    auto other_target = connect(other, agent);
+    REQUIRE(
+        flooder.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get()); // compiled
+
+    auto blocker = flooder.ship(behaviour_kernels::busy_count, target, kBlockerSteps);
+    constexpr int kCalls = 12;
+    std::vector<Future> calls;
+    for (int i = 0; i < kCalls; ++i)
+        calls.push_back(
+            flooder.ship(behaviour_kernels::busy_count, target, std::uint64_t(100 + i)));
+    // While the flooder is at its limit, another connection's call is taken and answered.
+    auto others = other.ship(behaviour_kernels::busy_count, other_target, std::uint64_t{7}).get();
+    REQUIRE(others);
+    CHECK(value_of(*others) == 7);
+
+    int refused = 0, answered = 0;
+    for (int i = 0; i < kCalls; ++i) {
+        auto r = calls[static_cast<std::size_t>(i)].get();
+        if (r) {
+            CHECK(value_of(*r) == std::uint64_t(100 + i));
+            ++answered;
+            continue;
+        }
+        INFO(r.error().describe());
+        CHECK(r.error().code == Errc::busy);
+        CHECK_THAT(r.error().message, Catch::Contains("limit per connection is 4 messages"));
+        ++refused;
+    }
+    auto b = blocker.get();
+    REQUIRE(b);
+    CHECK(value_of(*b) == kBlockerSteps);
+    // The blocker and at most 3 more were held at once; the blocker outlived every other call.
+    CHECK(answered <= 3);
+    CHECK(refused == kCalls - answered);
+    CHECK(agent_counters(flooder, target)["busy_refusals"] == static_cast<std::uint64_t>(refused));
+    // Answered, the connection takes calls again.
+    auto again = flooder.ship(behaviour_kernels::busy_count, target, std::uint64_t{42}).get();
+    REQUIRE(again);
+    CHECK(value_of(*again) == 42);
+}
+
+TEST_CASE("a connection past its in-flight byte limit is refused before its arguments are received",
+          "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO("transport " << transport);
+    AgentProcess agent(transport, {"--workers", "1", "--max-inflight-mib", "1"});
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+    REQUIRE(client.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get());
+    REQUIRE(client.ship(behaviour_kernels::echo, target, std::uint64_t{1}).get());
+
+    auto blocker = client.ship(behaviour_kernels::busy_count, target, kBlockerSteps);
+    Bytes big(600 << 10); // a rendezvous on every transport
+    for (std::size_t i = 0; i < big.size(); ++i)
+        big[i] = static_cast<std::byte>(i * 31);
+    auto first = client.ship_bytes(behaviour_kernels::echo, target, big);
+    auto second = client.ship_bytes(behaviour_kernels::echo, target, big);
+    auto small = client.ship(behaviour_kernels::busy_count, target, std::uint64_t{5});
+
+    auto r1 = first.get();
+    REQUIRE(r1);
+    CHECK(*r1 == big);
+    auto r2 = second.get();
+    REQUIRE_FALSE(r2);
+    CHECK(r2.error().code == Errc::busy);
+    CHECK_THAT(r2.error().message, Catch::Contains("limit per connection is 1048576 bytes"));
+    auto r3 = small.get(); // small enough to fit beside the first
+    REQUIRE(r3);
+    CHECK(value_of(*r3) == 5);
+    REQUIRE(blocker.get());
+    auto again = client.ship_bytes(behaviour_kernels::echo, target, big).get();
+    REQUIRE(again);
+    CHECK(*again == big);
+}

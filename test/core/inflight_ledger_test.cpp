@@ -1,0 +1,93 @@
+// InflightLedger: what one peer may make an agent hold, and the Holds that give it back.
+
+#include "core/inflight_ledger.hpp"
+
+#include <catch2/catch.hpp>
+#include <thread>
+#include <vector>
+
+using namespace bitship;
+
+namespace {
+ucp_ep_h ep_named(std::uintptr_t n) {
+    return reinterpret_cast<ucp_ep_h>(n);
+}
+} // namespace
+
+TEST_CASE("a ledger with no limits holds nothing and refuses nothing", "[inflight]") {
+    InflightLedger ledger;
+    CHECK_FALSE(ledger.enabled());
+    for (int i = 0; i < 1000; ++i) {
+        auto h = ledger.admit(ep_named(1), 1 << 20);
+        REQUIRE(h);
+        CHECK(h->empty());
+    }
+    CHECK(ledger.charge(ep_named(1), 100).empty());
+    CHECK(ledger.held(ep_named(1)) == std::pair<std::uint64_t, std::uint64_t>{0, 0});
+}
+
+TEST_CASE("a peer past its message limit is refused until a hold is let go", "[inflight]") {
+    InflightLedger ledger({0, 3});
+    std::vector<Hold> holds;
+    for (int i = 0; i < 3; ++i) {
+        auto h = ledger.admit(ep_named(1), 10);
+        REQUIRE(h);
+        holds.push_back(std::move(*h));
+    }
+    CHECK(ledger.held(ep_named(1)) == std::pair<std::uint64_t, std::uint64_t>{30, 3});
+    auto refused = ledger.admit(ep_named(1), 10);
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code == Errc::busy);
+    CHECK_THAT(refused.error().message, Catch::Contains("3 messages (30 bytes)") &&
+                                            Catch::Contains("limit per connection is 3 messages"));
+    // Another peer is not affected.
+    CHECK(ledger.admit(ep_named(2), 10));
+    holds.pop_back();
+    CHECK(ledger.held(ep_named(1)) == std::pair<std::uint64_t, std::uint64_t>{20, 2});
+    CHECK(ledger.admit(ep_named(1), 10));
+}
+
+TEST_CASE("a peer past its byte limit is refused, but one message alone always goes",
+          "[inflight]") {
+    InflightLedger ledger({100, 0});
+    {
+        auto alone = ledger.admit(ep_named(1), 1000); // over the budget, but nothing else is held
+        REQUIRE(alone);
+        auto second = ledger.admit(ep_named(1), 1);
+        REQUIRE_FALSE(second);
+        CHECK(second.error().code == Errc::busy);
+        CHECK_THAT(second.error().message, Catch::Contains("100 bytes, and this message has 1"));
+    }
+    auto a = ledger.admit(ep_named(1), 60);
+    REQUIRE(a);
+    CHECK_FALSE(ledger.admit(ep_named(1), 41));
+    CHECK(ledger.admit(ep_named(1), 40));
+    // Undelivered answers count against new messages, and are never refused themselves.
+    auto answer = ledger.charge(ep_named(1), 500);
+    CHECK_FALSE(answer.empty());
+    CHECK_FALSE(ledger.admit(ep_named(1), 1));
+    answer.release();
+    answer.release(); // idempotent
+    CHECK(ledger.held(ep_named(1)) == std::pair<std::uint64_t, std::uint64_t>{60, 1});
+}
+
+TEST_CASE("holds outlive a forgotten peer and may be let go on any thread", "[inflight]") {
+    InflightLedger ledger({1 << 20, 1 << 20});
+    std::vector<Hold> holds;
+    for (int i = 0; i < 1000; ++i)
+        holds.push_back(std::move(*ledger.admit(ep_named(7), 8)));
+    ledger.forget(ep_named(7));
+    CHECK(ledger.held(ep_named(7)) == std::pair<std::uint64_t, std::uint64_t>{0, 0});
+    auto fresh = ledger.admit(ep_named(7), 8); // a new connection at a reused address starts empty
+    REQUIRE(fresh);
+    CHECK(ledger.held(ep_named(7)) == std::pair<std::uint64_t, std::uint64_t>{8, 1});
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int i = t; i < 1000; i += 4)
+                holds[static_cast<std::size_t>(i)] = Hold{};
+        });
+    for (auto& th : threads)
+        th.join();
+    CHECK(ledger.held(ep_named(7)) == std::pair<std::uint64_t, std::uint64_t>{8, 1});
+}
