@@ -26,7 +26,8 @@ for t in "4 client threads x 1000 ships*" \
          "several threads waiting at once*" \
          "a kernel whose last run was long has the engine's thread progress from its start*" \
          "first calls to three kernels of one bundle*" \
-         "an agent with --cache-mib serves many distinct kernels*"; do
+         "an agent with --cache-mib serves many distinct kernels*" \
+         "a connection past its in-flight call limit*"; do
     build-tsan/test/agents/agents_test --warn NoTests "$t" || status=1
 done
 

@@ -8,8 +8,11 @@
 #include <behaviour_kernels.hpp>
 #include <bitship/client.hpp>
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -113,4 +116,53 @@ TEST_CASE("a connection past its in-flight byte limit is refused before its argu
     auto again = client.ship_bytes(behaviour_kernels::echo, target, big).get();
     REQUIRE(again);
     CHECK(*again == big);
+}
+
+namespace {
+// The agent's peak resident memory (VmHWM), bytes.
+std::uint64_t peak_rss(pid_t pid) {
+    std::ifstream in(fmt::format("/proc/{}/status", pid));
+    std::string line;
+    while (std::getline(in, line))
+        if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) << 10;
+    FAIL("no VmHWM in /proc/" << pid << "/status");
+    return 0;
+}
+} // namespace
+
+TEST_CASE("a connection flooding large calls cannot grow the agent past its in-flight byte limit", "[integration]") {
+    // 400 calls of 512 KiB (200 MiB) sent while the agent's one worker is busy: without the
+    // limit the agent receives and queues them all; with 16 MiB it holds at most that.
+    AgentProcess agent("tcp", {"--workers", "1", "--max-inflight-mib", "16"});
+    auto client = make_client("tcp");
+    auto target = connect(client, agent);
+    Bytes args(512 << 10, std::byte{1}); // busy_count takes any other length as 0 steps
+    REQUIRE(client.ship_bytes(behaviour_kernels::busy_count, target, args).get());
+    REQUIRE(client.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get());
+    const auto before = peak_rss(agent.pid());
+
+    // Seconds: the whole flood is sent while it runs, even in a sanitizer build.
+    auto blocker = client.ship(behaviour_kernels::busy_count, target, 5 * kBlockerSteps);
+    std::vector<Future> flood;
+    for (int i = 0; i < 400; ++i) flood.push_back(client.ship_bytes(behaviour_kernels::busy_count, target, args));
+    int answered = 0, refused = 0;
+    for (auto& f : flood) {
+        auto r = f.get();
+        if (r) {
+            CHECK(value_of(*r) == 0);
+            ++answered;
+        } else {
+            INFO(r.error().describe());
+            CHECK(r.error().code == Errc::busy);
+            ++refused;
+        }
+    }
+    REQUIRE(blocker.get());
+    const auto grew = peak_rss(agent.pid()) - before;
+    INFO(fmt::format("answered {}, refused {}, agent's peak grew {:.1f} MiB", answered, refused, grew / 1048576.0));
+    CHECK(answered + refused == 400);
+    CHECK(refused >= 400 - 64); // 16 MiB holds 31 of them beside the blocker (more if it ends early)
+    // The 16 MiB held, plus UCX's and the allocator's own (and ASan's quarantine of freed
+    // buffers, in that build); without the limit the agent grows by the whole 200 MiB.
+    CHECK(grew < (72ull << 20));
 }
