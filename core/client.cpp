@@ -246,6 +246,7 @@ ClientStats Client::stats() const {
     s.bundles_sent = impl_->bundles_sent.load();
     s.bundle_bytes_sent = impl_->bundle_bytes_sent.load();
     s.need_code_received = impl_->need_code_received.load();
+    s.busy_resends = impl_->busy_resends.load();
     s.reconnects = impl_->reconnects.load();
     s.stray_replies = impl_->stray_replies.load();
     s.completed_by_waiter = impl_->progress->completed_by_waiter.load();

@@ -209,6 +209,7 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
         if (c->args.size() >= kWindowArgsMin) ask_window(p);
         offer_window(p, *c, run);
     }
+    c->sent_code = !code.empty();
     engine->send(p.ep, wire::encode_run(c->id, run));
     runs_sent.fetch_add(1, std::memory_order_relaxed);
     pending[c->id] = c;

@@ -7,12 +7,14 @@
 //   client_rma.cpp      regions, one-sided GET/PUT and GET walks
 //   client_auth.cpp     the session handshake (AUTH) and the signatures shipped code carries
 //   client_bulk.cpp     a same-host agent's bulk window: large arguments and results by memcpy
+//   client_busy.cpp     calls an agent refused as busy, sent again as it answers others
 // Everything below "progress token" is touched only by whoever progresses the engine (its
 // own thread, or a caller leading while it waits), one at a time.
 
 #include <bitship/client.hpp>
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <set>
@@ -71,6 +73,7 @@ struct CallState {
     Bytes args;
     CodeHash hash{};
     bool resent = false;
+    bool sent_code = false; ///< the last RUN of this call carried its code
     bool native = false;  // a pre-installed kernel: no code, an all-zero hash
     bool forward = false; // may forward through the agents' configured peers
     // Forwarding: the peer table by address, this target's index in it, the hop budget.
@@ -150,6 +153,9 @@ struct Peer {
     /// Hashes this address holds (Client::Impl::known's entry, made on first use).
     std::set<CodeHash>* known = nullptr;
     PeerWindow window; ///< the agent's bulk window for this session, when same-host
+    /// Calls the agent refused as busy, oldest first, still pending: sent again one per
+    /// answer from it (client_busy.cpp). Some may have completed since (deadline).
+    std::deque<std::shared_ptr<CallState>> refused;
 };
 
 /// "host:port" (IPv6 in brackets) split and checked.
@@ -166,6 +172,7 @@ struct Client::Impl {
 
     std::atomic<std::uint64_t> runs_sent{0}, bundles_sent{0}, bundle_bytes_sent{0}, need_code_received{0}, reconnects{0};
     std::atomic<std::uint64_t> stray_replies{0};
+    std::atomic<std::uint64_t> busy_resends{0};
     AgentLoadTable loads; ///< what each target's replies said of its load (any thread)
 
     // --- progress token -------------------------------------------------------------------
@@ -239,6 +246,15 @@ struct Client::Impl {
     Result<Bytes> window_result(Peer& p, const CallState& c, const wire::WindowSpan& where);
     // `c` was answered: its slot is free for the next call.
     void give_back_slot(Peer& p, CallState& c);
+
+    // client_busy.cpp
+    // Whether `reply` is an agent's refusal of a call as busy (it did not run).
+    static bool is_busy(const wire::Message& reply);
+    // `c` was refused as busy: kept pending, to go again (true), or false when it may not
+    // (ClientOptions::resend_busy off, or not a RUN): the caller completes it with the error.
+    bool hold_refused(Peer& p, const std::shared_ptr<CallState>& c);
+    // The agent answered something, so it holds one call less: the oldest refused call goes again.
+    void resend_refused(Peer& p);
 
     // client_rma.cpp
     Result<MappedRkey> rkey_for(Peer& p, const RemoteRegion& r);

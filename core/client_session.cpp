@@ -53,6 +53,7 @@ void Client::Impl::fail_peer(Peer& p, const Error& why) {
         }
     }
     drop_window(p);
+    p.refused.clear(); // failed above, with the calls in flight
     if (p.ep) {
         peer_by_ep.erase(p.ep);
         p.ep = nullptr;
@@ -111,7 +112,10 @@ void Client::Impl::on_forwarded_reply(Incoming&& in) {
     auto c = it->second;
     loads.on_reply(c->peer, in.header); // the last agent's load, kept against the target shipped to
     if (in.header.type == wire::Type::result || in.header.type == wire::Type::error) {
-        if (auto peer = peers.find(c->peer); peer != peers.end()) give_back_slot(peer->second, *c);
+        if (auto peer = peers.find(c->peer); peer != peers.end()) {
+            give_back_slot(peer->second, *c);
+            if (!peer->second.refused.empty()) resend_refused(peer->second);
+        }
     }
     if (in.header.type == wire::Type::result) {
         pending.erase(it);
@@ -170,6 +174,11 @@ void Client::Impl::on_message(Incoming&& in) {
         return;
     }
     auto c = it->second;
+    if (is_busy(*msg)) {
+        if (hold_refused(*p, c)) return;
+    } else if (!p->refused.empty()) {
+        resend_refused(*p); // the agent let one of this session's calls go
+    }
     switch (in.header.type) {
     case wire::Type::result: {
         pending.erase(it);
@@ -231,6 +240,8 @@ void Client::Impl::on_ep_error(ucp_ep_h ep, const Error& e) {
 void Client::Impl::on_tick() {
     auto now = Clock::now();
     for (auto& [id, p] : peers) {
+        // Refused calls go again at least this often, should no answer come to clock them.
+        if (!p.refused.empty() && p.welcomed) resend_refused(p);
         if (p.ep && !p.welcomed && now > p.connect_deadline) {
             auto ep = p.ep;
             fail_peer(p, Error{Errc::connect_failed,

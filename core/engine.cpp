@@ -261,13 +261,16 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
             return UCS_OK; // a rendezvous we do not receive is dropped by UCX
         }
         // The sender's share is taken before the payload is allocated (or a rendezvous fetched).
-        auto hold = self->inflight_.admit(ep, length);
+        // An eager BATCH is opened in this same pass and its items held one by one, each
+        // refused with its own request id (open_batch): refused whole, its calls would never hear.
+        const bool eager = !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
+        auto hold = eager && hdr->type == wire::Type::batch ? Result<Hold>(Hold{}) : self->inflight_.admit(ep, length);
         if (!hold) {
             self->bad_.push_back({ep, hdr->request_id, std::move(hold.error())});
             return UCS_OK;
         }
         Incoming in{ep, *hdr, std::vector<std::byte>(length), std::move(*hold)};
-        if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+        if (eager) {
             if (length) std::memcpy(in.payload.data(), data, length);
             self->arrived_.push_back(std::move(in));
             return UCS_OK;

@@ -76,7 +76,7 @@ void Engine::open_batch(Incoming&& batch) {
     if (!hooks_.on_message) return;
     Cork replies_together(*this);
     // Each item is held (and may be refused) on its own, as if it had come alone.
-    batch.hold.release();
+    batch.hold.release(); // (a rendezvous BATCH was held whole; no bitship peer sends one)
     for (const auto& item : *items) {
         auto hold = inflight_.admit(batch.ep, item.payload.size());
         if (!hold) {

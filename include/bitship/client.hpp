@@ -229,6 +229,12 @@ struct ClientOptions {
     /// memory (xagent --bulk-window-mib) that large arguments and results are copied through
     /// once each way, instead of in UCX's 8 KiB fragments.
     bool bulk_window = true;
+    /// An agent refuses a session's new calls with Errc::busy while it holds as many of that
+    /// session's calls as it allows (xagent --max-inflight-calls, --max-inflight-mib); a refused
+    /// call never ran. true: such a call is sent again as the agent answers others (one for
+    /// each answer, and at least every 20 ms), until its deadline, so the caller sees only its
+    /// result. false: it fails with Errc::busy.
+    bool resend_busy = true;
 };
 
 /// Counters of what this client sent and received; for tests and benchmarks.
@@ -237,6 +243,7 @@ struct ClientStats {
     std::uint64_t bundles_sent = 0;       ///< RUN messages that carried code
     std::uint64_t bundle_bytes_sent = 0;  ///< bytes of code sent
     std::uint64_t need_code_received = 0; ///< times an agent asked for code
+    std::uint64_t busy_resends = 0;       ///< calls sent again after an agent refused them as busy
     std::uint64_t reconnects = 0;
     std::uint64_t stray_replies = 0;      ///< answers for calls already answered (should be 0)
     /// Calls completed by a thread that was leading progress while it waited on a Future

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 using namespace bitship;
@@ -26,6 +27,18 @@ using namespace std::chrono_literals;
 namespace {
 // Long enough (hundreds of ms) that every later call of the test arrives while it runs.
 constexpr std::uint64_t kBlockerSteps = 600'000'000;
+
+// A client that sees the agent's refusals (ClientOptions::resend_busy off).
+Client client_seeing_busy(const std::string& transport) {
+    ClientOptions o;
+    o.transport = *parse_transport(transport);
+    o.loopback_only = true;
+    o.resend_busy = false;
+    o.identity = launch::test_keys().secret;
+    auto c = Client::create(o);
+    REQUIRE(c);
+    return std::move(*c);
+}
 
 std::uint64_t value_of(const Bytes& b) {
     std::uint64_t v = 0;
@@ -40,7 +53,7 @@ TEST_CASE("a connection past its in-flight call limit gets busy at once while ot
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
     AgentProcess agent(transport, {"--workers", "1", "--max-inflight-calls", "4"});
-    auto flooder = make_client(transport);
+    auto flooder = client_seeing_busy(transport);
     auto other = make_client(transport);
     auto target = connect(flooder, agent);
     auto other_target = connect(other, agent);
@@ -53,6 +66,12 @@ TEST_CASE("a connection past its in-flight call limit gets busy at once while ot
     for (int i = 0; i < kCalls; ++i)
         calls.push_back(
             flooder.ship(behaviour_kernels::busy_count, target, std::uint64_t(100 + i)));
+    // Small calls of a batch travel as one BATCH message: each is admitted or refused alone,
+    // when the BATCH is opened (after the blocker, when it came in the same read).
+    auto batch = flooder.batch();
+    for (int i = 0; i < 20; ++i)
+        batch.add(behaviour_kernels::busy_count, target, std::uint64_t(200 + i));
+    auto batched = batch.submit();
     // While the flooder is at its limit, another connection's call is taken and answered.
     auto others = other.ship(behaviour_kernels::busy_count, other_target, std::uint64_t{7}).get();
     REQUIRE(others);
@@ -71,12 +90,22 @@ TEST_CASE("a connection past its in-flight call limit gets busy at once while ot
         CHECK_THAT(r.error().message, Catch::Contains("limit per connection is 4 messages"));
         ++refused;
     }
-    auto b = blocker.get();
-    REQUIRE(b);
-    CHECK(value_of(*b) == kBlockerSteps);
     // The blocker and at most 3 more were held at once; the blocker outlived every other call.
     CHECK(answered <= 3);
     CHECK(refused == kCalls - answered);
+    for (std::size_t i = 0; i < batched.size(); ++i) {
+        auto r = batched[i].get();
+        if (r) {
+            CHECK(value_of(*r) == 200 + i);
+            continue;
+        }
+        INFO(r.error().describe());
+        CHECK(r.error().code == Errc::busy); // never lost with its BATCH (no timeout)
+        ++refused;
+    }
+    auto b = blocker.get();
+    REQUIRE(b);
+    CHECK(value_of(*b) == kBlockerSteps);
     CHECK(agent_counters(flooder, target)["busy_refusals"] == static_cast<std::uint64_t>(refused));
     // Answered, the connection takes calls again.
     auto again = flooder.ship(behaviour_kernels::busy_count, target, std::uint64_t{42}).get();
@@ -89,7 +118,7 @@ TEST_CASE("a connection past its in-flight byte limit is refused before its argu
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
     AgentProcess agent(transport, {"--workers", "1", "--max-inflight-mib", "1"});
-    auto client = make_client(transport);
+    auto client = client_seeing_busy(transport);
     auto target = connect(client, agent);
     REQUIRE(client.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get());
     REQUIRE(client.ship(behaviour_kernels::echo, target, std::uint64_t{1}).get());
@@ -134,7 +163,7 @@ TEST_CASE("a connection flooding large calls cannot grow the agent past its in-f
     // 400 calls of 512 KiB (200 MiB) sent while the agent's one worker is busy: without the
     // limit the agent receives and queues them all; with 16 MiB it holds at most that.
     AgentProcess agent("tcp", {"--workers", "1", "--max-inflight-mib", "16"});
-    auto client = make_client("tcp");
+    auto client = client_seeing_busy("tcp");
     auto target = connect(client, agent);
     Bytes args(512 << 10, std::byte{1}); // busy_count takes any other length as 0 steps
     REQUIRE(client.ship_bytes(behaviour_kernels::busy_count, target, args).get());
@@ -165,4 +194,65 @@ TEST_CASE("a connection flooding large calls cannot grow the agent past its in-f
     // The 16 MiB held, plus UCX's and the allocator's own (and ASan's quarantine of freed
     // buffers, in that build); without the limit the agent grows by the whole 200 MiB.
     CHECK(grew < (72ull << 20));
+}
+
+TEST_CASE("a client sends calls refused as busy again, so a flood past the agent's limits all succeeds", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO("transport " << transport);
+    AgentProcess agent(transport, {"--workers", "1", "--max-inflight-calls", "8", "--max-inflight-mib", "2"});
+    auto client = make_client(transport); // resend_busy: the default
+    auto target = connect(client, agent);
+    REQUIRE(client.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get());
+
+    // The first of each kind carries its code (echo's, refused, goes again with it), while a
+    // blocker holds the worker: small calls past the call limit, 300 KiB ones past the bytes.
+    auto blocker = client.ship(behaviour_kernels::busy_count, target, kBlockerSteps);
+    Bytes big(300 << 10);
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>(i * 7);
+    std::vector<Future> small, large;
+    for (int i = 0; i < 200; ++i) {
+        small.push_back(client.ship(behaviour_kernels::busy_count, target, std::uint64_t(1000 + i)));
+        if (i % 10 == 0) large.push_back(client.ship_bytes(behaviour_kernels::echo, target, big));
+    }
+    auto batch = client.batch();
+    for (int i = 0; i < 100; ++i) batch.add(behaviour_kernels::busy_count, target, std::uint64_t(5000 + i));
+    auto batched = batch.submit();
+    for (int i = 0; i < 200; ++i) {
+        auto r = small[static_cast<std::size_t>(i)].get();
+        INFO((r ? std::string() : r.error().describe()));
+        REQUIRE(r);
+        CHECK(value_of(*r) == std::uint64_t(1000 + i));
+    }
+    for (auto& f : large) {
+        auto r = f.get();
+        INFO((r ? std::string() : r.error().describe()));
+        REQUIRE(r);
+        CHECK(*r == big);
+    }
+    for (std::size_t i = 0; i < batched.size(); ++i) {
+        auto r = batched[i].get();
+        INFO((r ? std::string() : r.error().describe()));
+        REQUIRE(r);
+        CHECK(value_of(*r) == 5000 + i);
+    }
+    REQUIRE(blocker.get());
+    const auto refused = agent_counters(client, target)["busy_refusals"];
+    INFO("refused " << refused << ", sent again " << client.stats().busy_resends);
+    CHECK(refused > 0);                                  // the flood did pass the limits
+    CHECK(client.stats().busy_resends >= refused);       // and each refusal went again
+    CHECK(client.stats().stray_replies == 0);
+}
+
+TEST_CASE("a call refused as busy still fails at its deadline when the agent stays full", "[integration]") {
+    AgentProcess agent("tcp", {"--workers", "1", "--max-inflight-calls", "1", "--kernel-timeout-ms", "0"});
+    auto client = make_client("tcp", 300ms);
+    auto target = connect(client, agent);
+    auto stuck = client.ship(behaviour_kernels::spin_forever, target); // holds the agent's one place
+    std::this_thread::sleep_for(100ms);
+    auto refused = client.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get();
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code == Errc::timeout);
+    CHECK(client.stats().busy_resends > 0);
+    auto other = make_client("tcp"); // this session's STATS would be refused too
+    CHECK(agent_counters(other, connect(other, agent))["busy_refusals"] > 0);
 }
