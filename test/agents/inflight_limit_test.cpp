@@ -30,14 +30,7 @@ constexpr std::uint64_t kBlockerSteps = 600'000'000;
 
 // A client that sees the agent's refusals (ClientOptions::resend_busy off).
 Client client_seeing_busy(const std::string& transport) {
-    ClientOptions o;
-    o.transport = *parse_transport(transport);
-    o.loopback_only = true;
-    o.resend_busy = false;
-    o.identity = launch::test_keys().secret;
-    auto c = Client::create(o);
-    REQUIRE(c);
-    return std::move(*c);
+    return make_client(transport, 30s, [](ClientOptions& o) { o.resend_busy = false; });
 }
 
 std::uint64_t value_of(const Bytes& b) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -22,13 +23,16 @@
 
 namespace bitship::test {
 
-/// A client for loopback agents over `transport`, presenting the test key.
-inline Client make_client(const std::string& transport, std::chrono::milliseconds call_timeout = std::chrono::seconds(30)) {
+/// A client for loopback agents over `transport`, presenting the test key; `tweak` changes
+/// any other option.
+inline Client make_client(const std::string& transport, std::chrono::milliseconds call_timeout = std::chrono::seconds(30),
+                          const std::function<void(ClientOptions&)>& tweak = {}) {
     ClientOptions o;
     o.transport = *parse_transport(transport);
     o.loopback_only = true;
     o.call_timeout = call_timeout;
     o.identity = launch::test_keys().secret; // some tests make the client before any agent
+    if (tweak) tweak(o);
     auto c = Client::create(o);
     INFO((c ? std::string() : c.error().describe()));
     REQUIRE(c);
