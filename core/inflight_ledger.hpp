@@ -11,48 +11,84 @@
 //   incoming.hold = std::move(*hold);       // released when the payload is let go
 //
 // The table is touched only by whoever progresses the engine; a Hold may be released on any
-// thread (the counts are atomic, and a Hold keeps its count alive past forget()).
+// thread. Every message passes here, so a hold costs one atomic add and one subtract: a peer's
+// bytes and messages share one word, which also says when the ledger has forgotten the peer
+// (its last Hold then frees the count).
+
+#include <atomic>
+#include <cstdint>
+#include <unordered_map>
+#include <utility>
+
+#include <ucp/api/ucp.h>
+
+#include <bitship/errc.hpp>
 
 #include "inflight_limits.hpp"
 
-#include <atomic>
-#include <bitship/errc.hpp>
-#include <cstdint>
-#include <memory>
-#include <ucp/api/ucp.h>
-#include <unordered_map>
-
 namespace bitship {
 
-/// One peer's held bytes and messages.
-struct InflightCount {
-    std::atomic<std::uint64_t> bytes{0};
-    std::atomic<std::uint64_t> messages{0};
+/// One peer's held bytes (bits 0-39) and messages (bits 40-62); bit 63: forgotten by the
+/// ledger, so the last Hold to go deletes it.
+class InflightCount {
+public:
+    static constexpr unsigned kMessageShift = 40;
+    static constexpr std::uint64_t kMaxBytes = (1ull << kMessageShift) - 1;
+    static constexpr std::uint64_t kMaxMessages = (1ull << 23) - 1;
+    static constexpr std::uint64_t kOneMessage = 1ull << kMessageShift;
+    static constexpr std::uint64_t kForgotten = 1ull << 63;
+
+    [[nodiscard]] std::uint64_t load() const { return word_.load(std::memory_order_relaxed) & ~kForgotten; }
+    static std::uint64_t bytes_of(std::uint64_t w) { return w & kMaxBytes; }
+    static std::uint64_t messages_of(std::uint64_t w) { return (w & ~kForgotten) >> kMessageShift; }
+
+private:
+    friend class Hold;
+    friend class InflightLedger;
+    std::atomic<std::uint64_t> word_{0};
 };
 
 /// A share of one peer's count, given back when destroyed. Move-only; empty by default.
 class Hold {
 public:
     Hold() = default;
-    Hold(std::shared_ptr<InflightCount> count, std::uint64_t bytes) noexcept;
-    Hold(Hold&& other) noexcept;
-    Hold& operator=(Hold&& other) noexcept;
+    Hold(Hold&& other) noexcept : count_(std::exchange(other.count_, nullptr)), delta_(other.delta_) {}
+    Hold& operator=(Hold&& other) noexcept {
+        if (this != &other) {
+            release();
+            count_ = std::exchange(other.count_, nullptr);
+            delta_ = other.delta_;
+        }
+        return *this;
+    }
     Hold(const Hold&) = delete;
     Hold& operator=(const Hold&) = delete;
     ~Hold() { release(); }
 
     /// Gives the share back now (idempotent).
-    void release() noexcept;
+    void release() noexcept {
+        if (count_ == nullptr) return;
+        const auto left = count_->word_.fetch_sub(delta_, std::memory_order_acq_rel) - delta_;
+        if (left == InflightCount::kForgotten) delete count_;
+        count_ = nullptr;
+    }
     [[nodiscard]] bool empty() const { return count_ == nullptr; }
 
 private:
-    std::shared_ptr<InflightCount> count_;
-    std::uint64_t bytes_ = 0;
+    friend class InflightLedger;
+    Hold(InflightCount* count, std::uint64_t bytes) noexcept : count_(count), delta_(InflightCount::kOneMessage + bytes) {
+        count_->word_.fetch_add(delta_, std::memory_order_relaxed);
+    }
+    InflightCount* count_ = nullptr;
+    std::uint64_t delta_ = 0;
 };
 
 class InflightLedger {
 public:
     explicit InflightLedger(InflightLimits limits = {}) : limits_(limits) {}
+    ~InflightLedger();
+    InflightLedger(const InflightLedger&) = delete;
+    InflightLedger& operator=(const InflightLedger&) = delete;
 
     [[nodiscard]] bool enabled() const { return limits_.any(); }
     [[nodiscard]] const InflightLimits& limits() const { return limits_; }
@@ -64,16 +100,19 @@ public:
     /// are refused while its answers pile up undelivered), never refused.
     Hold charge(ucp_ep_h ep, std::uint64_t bytes);
     /// `ep` is closed: its entry goes (Holds still out keep their count alive).
-    void forget(ucp_ep_h ep) { counts_.erase(ep); }
+    void forget(ucp_ep_h ep);
 
-    /// What `ep` holds now (0, 0 for an unknown one).
+    /// What `ep` holds now: bytes, messages (0, 0 for an unknown one).
     [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> held(ucp_ep_h ep) const;
 
 private:
-    std::shared_ptr<InflightCount>& count_of(ucp_ep_h ep);
+    InflightCount* count_of(ucp_ep_h ep);
 
     InflightLimits limits_;
-    std::unordered_map<ucp_ep_h, std::shared_ptr<InflightCount>> counts_;
+    std::unordered_map<ucp_ep_h, InflightCount*> counts_;
+    // The last peer looked up: a session's messages mostly come one peer at a time.
+    ucp_ep_h last_ep_ = nullptr;
+    InflightCount* last_count_ = nullptr;
 };
 
 } // namespace bitship

@@ -91,3 +91,31 @@ TEST_CASE("holds outlive a forgotten peer and may be let go on any thread", "[in
         th.join();
     CHECK(ledger.held(ep_named(7)) == std::pair<std::uint64_t, std::uint64_t>{8, 1});
 }
+
+TEST_CASE("holds may outlive their ledger, and the last one frees the count", "[inflight]") {
+    std::vector<Hold> holds;
+    {
+        InflightLedger ledger({0, 100});
+        for (int i = 0; i < 10; ++i) holds.push_back(std::move(*ledger.admit(ep_named(1), 16)));
+        auto gone = ledger.admit(ep_named(2), 16); // a peer whose count the ledger frees at once
+        REQUIRE(gone);
+        gone->release();
+    }
+    holds.clear(); // ASan: no use after free, no leak
+    SUCCEED();
+}
+
+TEST_CASE("limits past what a peer's count can hold are clamped, never overflow", "[inflight]") {
+    InflightLedger ledger({~0ull, ~0ull});
+    std::vector<Hold> holds;
+    for (int i = 0; i < 3; ++i) { // 384 GiB: within the word's room for bytes (512 GiB)
+        auto h = ledger.admit(ep_named(1), 1ull << 37);
+        REQUIRE(h);
+        holds.push_back(std::move(*h));
+    }
+    CHECK(ledger.held(ep_named(1)) == std::pair<std::uint64_t, std::uint64_t>{3ull << 37, 3});
+    auto past = ledger.admit(ep_named(1), 1ull << 37);
+    REQUIRE_FALSE(past);
+    CHECK(past.error().code == Errc::busy);
+    CHECK(ledger.held(ep_named(1)).second == 3);
+}
