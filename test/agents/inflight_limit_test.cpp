@@ -6,6 +6,7 @@
 #include "test_support.hpp"
 
 #include <behaviour_kernels.hpp>
+#include <trust_kernels.hpp>
 #include <bitship/client.hpp>
 #include <catch2/catch.hpp>
 #include <fmt/format.h>
@@ -248,4 +249,35 @@ TEST_CASE("a call refused as busy still fails at its deadline when the agent sta
     CHECK(client.stats().busy_resends > 0);
     auto other = make_client("tcp"); // this session's STATS would be refused too
     CHECK(agent_counters(other, connect(other, agent))["busy_refusals"] > 0);
+}
+
+TEST_CASE("a forward the next agent refuses as busy fails the call with busy, naming that agent", "[integration]") {
+    AgentProcess first("tcp");
+    AgentProcess second("tcp", {"--workers", "1", "--max-inflight-calls", "1"});
+    auto client = make_client("tcp");
+    auto a = connect(client, first);
+    auto b = connect(client, second);
+    REQUIRE(client.ship(behaviour_kernels::busy_count, b, std::uint64_t{1}).get());
+    auto blocker = client.ship(behaviour_kernels::busy_count, b, 5 * kBlockerSteps); // holds the worker
+    struct HopArgs {
+        std::uint32_t to, pad;
+        std::uint64_t value;
+    };
+    ShipOptions to_second;
+    to_second.peers = {a, b};
+    // Both forwards go over the first agent's one connection to the second: the first is
+    // held there behind the blocker, the second refused (its hop at the first agent ran).
+    auto held = client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 4});
+    auto refused = client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 5});
+    auto r = refused.get();
+    REQUIRE_FALSE(r);
+    INFO(r.error().describe());
+    CHECK(r.error().code == Errc::busy);
+    CHECK_THAT(r.error().message, Catch::Contains(fmt::format("agent {}", second.address())));
+    auto h = held.get();
+    INFO((h ? std::string() : h.error().describe()));
+    REQUIRE(h);
+    CHECK(value_of(*h) == 41);
+    REQUIRE(blocker.get());
+    CHECK(client.stats().busy_resends == 0); // not sent again: its first hop ran
 }
