@@ -1,7 +1,5 @@
 #include "client_impl.hpp"
 
-#include <spdlog/spdlog.h>
-
 namespace bitship {
 
 // An agent holds at most so many of a session's calls (agents' InflightLedger); past that it
@@ -32,6 +30,7 @@ void Client::Impl::resend_refused(Peer& p) {
         busy_resends.fetch_add(1, std::memory_order_relaxed);
         // As it went: with its code when the refused RUN carried it (the agent never saw it).
         send_run(p, c, c->sent_code);
+        if (c->done.load(std::memory_order_acquire)) pending.erase(c->id); // refused here (limits)
         return;
     }
 }

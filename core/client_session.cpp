@@ -111,14 +111,14 @@ void Client::Impl::on_forwarded_reply(Incoming&& in) {
     }
     auto c = it->second;
     loads.on_reply(c->peer, in.header); // the last agent's load, kept against the target shipped to
-    if (in.header.type == wire::Type::result || in.header.type == wire::Type::error) {
-        if (auto peer = peers.find(c->peer); peer != peers.end()) {
-            give_back_slot(peer->second, *c);
-            if (!peer->second.refused.empty()) resend_refused(peer->second);
-        }
+    if (in.header.type != wire::Type::result && in.header.type != wire::Type::error) return;
+    pending.erase(it);
+    if (auto peer = peers.find(c->peer); peer != peers.end()) {
+        give_back_slot(peer->second, *c);
+        // The agent shipped to let the call go (it forwarded it): room for one it refused.
+        if (!peer->second.refused.empty()) resend_refused(peer->second);
     }
     if (in.header.type == wire::Type::result) {
-        pending.erase(it);
         // Only the agent a call was sent to holds its window slot.
         if (in.header.flags & wire::kFlagWindow)
             c->complete(fail(Errc::malformed_message, "a forwarded call's last agent answered in a bulk window it does not hold"));
@@ -128,7 +128,6 @@ void Client::Impl::on_forwarded_reply(Incoming&& in) {
     }
     if (in.header.type == wire::Type::error) {
         auto msg = wire::decode(in.header, in.payload);
-        pending.erase(it);
         if (!msg) c->complete(tl::make_unexpected(msg.error()));
         else {
             const auto& e = std::get<wire::ErrorMsg>(msg->body);
@@ -166,6 +165,11 @@ void Client::Impl::on_message(Incoming&& in) {
         on_window_reply(*p, *msg);
         return;
     }
+    // Any answer but a refusal: the agent let one of this session's calls go, so a call it
+    // refused as busy goes again (client_busy.cpp). Before the lookup below, whose iterator
+    // a resend must not outlive.
+    const bool busy = is_busy(*msg);
+    if (!busy && !p->refused.empty()) resend_refused(*p);
     auto it = pending.find(in.header.request_id);
     if (it == pending.end()) {
         if (in.header.request_id < next_id.load()) stray_replies.fetch_add(1, std::memory_order_relaxed);
@@ -174,11 +178,7 @@ void Client::Impl::on_message(Incoming&& in) {
         return;
     }
     auto c = it->second;
-    if (is_busy(*msg)) {
-        if (hold_refused(*p, c)) return;
-    } else if (!p->refused.empty()) {
-        resend_refused(*p); // the agent let one of this session's calls go
-    }
+    if (busy && hold_refused(*p, c)) return;
     switch (in.header.type) {
     case wire::Type::result: {
         pending.erase(it);
