@@ -24,7 +24,7 @@ void Client::Impl::resend_refused(Peer& p) {
         auto c = std::move(p.refused.front());
         p.refused.pop_front();
         if (c->done.load(std::memory_order_acquire)) { // past its deadline meanwhile
-            give_back_slot(p, *c);                      // (the agent never took it: the slot is free)
+            give_back_slot(p, *c); // (the agent never took it: the slot is free)
             continue;
         }
         busy_resends.fetch_add(1, std::memory_order_relaxed);

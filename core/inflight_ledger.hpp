@@ -15,16 +15,14 @@
 // bytes and messages share one word, which also says when the ledger has forgotten the peer
 // (its last Hold then frees the count).
 
+#include "inflight_limits.hpp"
+
 #include <atomic>
+#include <bitship/errc.hpp>
 #include <cstdint>
+#include <ucp/api/ucp.h>
 #include <unordered_map>
 #include <utility>
-
-#include <ucp/api/ucp.h>
-
-#include <bitship/errc.hpp>
-
-#include "inflight_limits.hpp"
 
 namespace bitship {
 
@@ -38,7 +36,9 @@ public:
     static constexpr std::uint64_t kOneMessage = 1ull << kMessageShift;
     static constexpr std::uint64_t kForgotten = 1ull << 63;
 
-    [[nodiscard]] std::uint64_t load() const { return word_.load(std::memory_order_relaxed) & ~kForgotten; }
+    [[nodiscard]] std::uint64_t load() const {
+        return word_.load(std::memory_order_relaxed) & ~kForgotten;
+    }
     static std::uint64_t bytes_of(std::uint64_t w) { return w & kMaxBytes; }
     static std::uint64_t messages_of(std::uint64_t w) { return (w & ~kForgotten) >> kMessageShift; }
 
@@ -52,7 +52,8 @@ private:
 class Hold {
 public:
     Hold() = default;
-    Hold(Hold&& other) noexcept : count_(std::exchange(other.count_, nullptr)), delta_(other.delta_) {}
+    Hold(Hold&& other) noexcept
+        : count_(std::exchange(other.count_, nullptr)), delta_(other.delta_) {}
     Hold& operator=(Hold&& other) noexcept {
         if (this != &other) {
             release();
@@ -76,7 +77,8 @@ public:
 
 private:
     friend class InflightLedger;
-    Hold(InflightCount* count, std::uint64_t bytes) noexcept : count_(count), delta_(InflightCount::kOneMessage + bytes) {
+    Hold(InflightCount* count, std::uint64_t bytes) noexcept
+        : count_(count), delta_(InflightCount::kOneMessage + bytes) {
         count_->word_.fetch_add(delta_, std::memory_order_relaxed);
     }
     InflightCount* count_ = nullptr;

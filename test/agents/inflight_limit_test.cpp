@@ -6,16 +6,16 @@
 #include "test_support.hpp"
 
 #include <behaviour_kernels.hpp>
-#include <trust_kernels.hpp>
 #include <bitship/client.hpp>
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <fmt/format.h>
 #include <fstream>
 #include <string>
 #include <thread>
+#include <trust_kernels.hpp>
 #include <vector>
 
 using namespace bitship;
@@ -153,7 +153,8 @@ std::uint64_t peak_rss(pid_t pid) {
 }
 } // namespace
 
-TEST_CASE("a connection flooding large calls cannot grow the agent past its in-flight byte limit", "[integration]") {
+TEST_CASE("a connection flooding large calls cannot grow the agent past its in-flight byte limit",
+          "[integration]") {
     // 400 calls of 512 KiB (200 MiB) sent while the agent's one worker is busy: without the
     // limit the agent receives and queues them all; with 16 MiB it holds at most that.
     AgentProcess agent("tcp", {"--workers", "1", "--max-inflight-mib", "16"});
@@ -167,7 +168,8 @@ TEST_CASE("a connection flooding large calls cannot grow the agent past its in-f
     // Seconds: the whole flood is sent while it runs, even in a sanitizer build.
     auto blocker = client.ship(behaviour_kernels::busy_count, target, 5 * kBlockerSteps);
     std::vector<Future> flood;
-    for (int i = 0; i < 400; ++i) flood.push_back(client.ship_bytes(behaviour_kernels::busy_count, target, args));
+    for (int i = 0; i < 400; ++i)
+        flood.push_back(client.ship_bytes(behaviour_kernels::busy_count, target, args));
     int answered = 0, refused = 0;
     for (auto& f : flood) {
         auto r = f.get();
@@ -182,18 +184,23 @@ TEST_CASE("a connection flooding large calls cannot grow the agent past its in-f
     }
     REQUIRE(blocker.get());
     const auto grew = peak_rss(agent.pid()) - before;
-    INFO(fmt::format("answered {}, refused {}, agent's peak grew {:.1f} MiB", answered, refused, grew / 1048576.0));
+    INFO(fmt::format("answered {}, refused {}, agent's peak grew {:.1f} MiB", answered, refused,
+                     grew / 1048576.0));
     CHECK(answered + refused == 400);
-    CHECK(refused >= 400 - 64); // 16 MiB holds 31 of them beside the blocker (more if it ends early)
+    CHECK(refused >=
+          400 - 64); // 16 MiB holds 31 of them beside the blocker (more if it ends early)
     // The 16 MiB held, plus UCX's and the allocator's own (and ASan's quarantine of freed
     // buffers, in that build); without the limit the agent grows by the whole 200 MiB.
     CHECK(grew < (72ull << 20));
 }
 
-TEST_CASE("a client sends calls refused as busy again, so a flood past the agent's limits all succeeds", "[integration]") {
+TEST_CASE(
+    "a client sends calls refused as busy again, so a flood past the agent's limits all succeeds",
+    "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
-    AgentProcess agent(transport, {"--workers", "1", "--max-inflight-calls", "8", "--max-inflight-mib", "2"});
+    AgentProcess agent(transport,
+                       {"--workers", "1", "--max-inflight-calls", "8", "--max-inflight-mib", "2"});
     auto client = make_client(transport); // resend_busy: the default
     auto target = connect(client, agent);
     REQUIRE(client.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get());
@@ -202,14 +209,17 @@ TEST_CASE("a client sends calls refused as busy again, so a flood past the agent
     // blocker holds the worker: small calls past the call limit, 300 KiB ones past the bytes.
     auto blocker = client.ship(behaviour_kernels::busy_count, target, kBlockerSteps);
     Bytes big(300 << 10);
-    for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<std::byte>(i * 7);
+    for (std::size_t i = 0; i < big.size(); ++i)
+        big[i] = static_cast<std::byte>(i * 7);
     std::vector<Future> small, large;
     for (int i = 0; i < 200; ++i) {
-        small.push_back(client.ship(behaviour_kernels::busy_count, target, std::uint64_t(1000 + i)));
+        small.push_back(
+            client.ship(behaviour_kernels::busy_count, target, std::uint64_t(1000 + i)));
         if (i % 10 == 0) large.push_back(client.ship_bytes(behaviour_kernels::echo, target, big));
     }
     auto batch = client.batch();
-    for (int i = 0; i < 100; ++i) batch.add(behaviour_kernels::busy_count, target, std::uint64_t(5000 + i));
+    for (int i = 0; i < 100; ++i)
+        batch.add(behaviour_kernels::busy_count, target, std::uint64_t(5000 + i));
     auto batched = batch.submit();
     for (int i = 0; i < 200; ++i) {
         auto r = small[static_cast<std::size_t>(i)].get();
@@ -232,16 +242,19 @@ TEST_CASE("a client sends calls refused as busy again, so a flood past the agent
     REQUIRE(blocker.get());
     const auto refused = agent_counters(client, target)["busy_refusals"];
     INFO("refused " << refused << ", sent again " << client.stats().busy_resends);
-    CHECK(refused > 0);                                  // the flood did pass the limits
-    CHECK(client.stats().busy_resends >= refused);       // and each refusal went again
+    CHECK(refused > 0);                            // the flood did pass the limits
+    CHECK(client.stats().busy_resends >= refused); // and each refusal went again
     CHECK(client.stats().stray_replies == 0);
 }
 
-TEST_CASE("a call refused as busy still fails at its deadline when the agent stays full", "[integration]") {
-    AgentProcess agent("tcp", {"--workers", "1", "--max-inflight-calls", "1", "--kernel-timeout-ms", "0"});
+TEST_CASE("a call refused as busy still fails at its deadline when the agent stays full",
+          "[integration]") {
+    AgentProcess agent("tcp",
+                       {"--workers", "1", "--max-inflight-calls", "1", "--kernel-timeout-ms", "0"});
     auto client = make_client("tcp", 300ms);
     auto target = connect(client, agent);
-    auto stuck = client.ship(behaviour_kernels::spin_forever, target); // holds the agent's one place
+    auto stuck =
+        client.ship(behaviour_kernels::spin_forever, target); // holds the agent's one place
     std::this_thread::sleep_for(100ms);
     auto refused = client.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get();
     REQUIRE_FALSE(refused);
@@ -251,14 +264,16 @@ TEST_CASE("a call refused as busy still fails at its deadline when the agent sta
     CHECK(agent_counters(other, connect(other, agent))["busy_refusals"] > 0);
 }
 
-TEST_CASE("a forward the next agent refuses as busy fails the call with busy, naming that agent", "[integration]") {
+TEST_CASE("a forward the next agent refuses as busy fails the call with busy, naming that agent",
+          "[integration]") {
     AgentProcess first("tcp");
     AgentProcess second("tcp", {"--workers", "1", "--max-inflight-calls", "1"});
     auto client = make_client("tcp");
     auto a = connect(client, first);
     auto b = connect(client, second);
     REQUIRE(client.ship(behaviour_kernels::busy_count, b, std::uint64_t{1}).get());
-    auto blocker = client.ship(behaviour_kernels::busy_count, b, 5 * kBlockerSteps); // holds the worker
+    auto blocker =
+        client.ship(behaviour_kernels::busy_count, b, 5 * kBlockerSteps); // holds the worker
     struct HopArgs {
         std::uint32_t to, pad;
         std::uint64_t value;

@@ -96,7 +96,8 @@ TEST_CASE("holds may outlive their ledger, and the last one frees the count", "[
     std::vector<Hold> holds;
     {
         InflightLedger ledger({0, 100});
-        for (int i = 0; i < 10; ++i) holds.push_back(std::move(*ledger.admit(ep_named(1), 16)));
+        for (int i = 0; i < 10; ++i)
+            holds.push_back(std::move(*ledger.admit(ep_named(1), 16)));
         auto gone = ledger.admit(ep_named(2), 16); // a peer whose count the ledger frees at once
         REQUIRE(gone);
         gone->release();
