@@ -93,7 +93,6 @@ public:
     InflightLedger& operator=(const InflightLedger&) = delete;
 
     [[nodiscard]] bool enabled() const { return limits_.any(); }
-    [[nodiscard]] const InflightLimits& limits() const { return limits_; }
 
     /// One more message of `bytes` from `ep`: held, or Errc::busy saying which limit it would
     /// pass and what `ep` holds now. An empty Hold when no limit is set.
