@@ -94,7 +94,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     eo.spin = config.spin;
     eo.max_message = config.limits.max_message;
     eo.loopback_only = config.loopback_only;
-    eo.per_peer = config.per_connection;
+    eo.inflight = {config.per_connection, config.all_connections};
     auto* raw = impl.get();
     EngineHooks hooks;
     hooks.on_message = [raw](Incoming&& in) { raw->on_message(std::move(in)); };

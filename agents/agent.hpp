@@ -59,6 +59,11 @@ struct AgentConfig {
     /// refused with Errc::busy before their payload is received (xagent --max-inflight-calls,
     /// --max-inflight-mib); other connections are not affected. 0: no limit.
     InflightLimits per_connection{256ull << 20, 16384};
+    /// The same across all connections together (xagent --total-inflight-calls,
+    /// --total-inflight-mib). Past it, new messages are refused with Errc::busy, except one of
+    /// up to 64 KiB from a connection that holds nothing (so a flood by some does not starve the
+    /// rest). 0: no limit.
+    InflightLimits all_connections{1ull << 30, 65536};
     bool loopback_only = false;
     /// Symbols the operator exports to kernels on purpose, beyond the runtime and libc subset.
     std::vector<jit::Export> exports;

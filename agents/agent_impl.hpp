@@ -209,6 +209,10 @@ struct Agent::Impl {
         out.emplace_back("core_moves", engine->core_moves());
         // Long kernels that had the engine's thread progress while they ran (dispatch.cpp).
         out.emplace_back("progress_handovers", engine->progress_handovers());
+        // What every connection together has at the agent now, against --total-inflight-*.
+        const auto [held_bytes, held_messages] = engine->inflight_held();
+        out.emplace_back("inflight_messages", held_messages);
+        out.emplace_back("inflight_bytes", held_bytes);
         // GPU contexts recreated (in a new bitship-gpu process) after a fault, a kernel past its
         // time or the process's death (gpu_process.hpp).
         std::uint64_t resets = 0, evictions = 0;

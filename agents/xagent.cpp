@@ -156,6 +156,14 @@ int main(int argc, char** argv) {
                    "the same limit in bytes of those messages and answers, MiB (one message alone always fits: "
                    "--max-message bounds it; 0: no limit)")
         ->capture_default_str();
+    std::uint64_t total_calls = config.all_connections.messages, total_mib = config.all_connections.bytes >> 20;
+    app.add_option("--total-inflight-calls", total_calls,
+                   "the same limit across all connections together; past it, new messages are refused with 'busy', "
+                   "except one of up to 64 KiB from a connection that has nothing at the agent (0: no limit)")
+        ->capture_default_str();
+    app.add_option("--total-inflight-mib", total_mib,
+                   "the limit across all connections in MiB of messages and answers (0: no limit)")
+        ->capture_default_str();
     app.add_option("--region", region_specs,
                    "allocate and register memory region NAME=SIZE (e.g. chase=1G), or NAME=SIZE@gpuN in GPU N's memory "
                    "(read and written through the agent; only GPU kernels see it; needs --sandbox none); repeatable");
@@ -269,6 +277,7 @@ int main(int argc, char** argv) {
     config.compiler.cpu_limit = std::chrono::seconds(compiler_cpu_s);
     config.limits = {max_message, max_args, max_result};
     config.per_connection = {inflight_mib << 20, inflight_calls};
+    config.all_connections = {total_mib << 20, total_calls};
     // Freed message buffers are kept for the next message instead of unmapped (memory_reuse.hpp).
     keep_freed_memory(max_message);
     config.loopback_only = loopback;

@@ -48,7 +48,7 @@ struct ConfigDeleter {
 struct SendRecord {
     wire::Encoded message;
     std::atomic<std::uint64_t>* in_flight = nullptr; ///< the engine's count of sends not yet done
-    Hold hold; ///< the receiver's share of EngineOptions::per_peer until UCX is done with it
+    Hold hold; ///< the receiver's share of EngineOptions::inflight until UCX is done with it
 };
 
 struct RecvRecord {
@@ -131,7 +131,7 @@ std::string_view to_string(ProgressMode m) noexcept {
 // token, and a guest (an agent's worker, a waiting caller) may lead before that thread starts.
 Engine::Engine(const EngineOptions& options, EngineHooks hooks)
     : options_(options), hooks_(std::move(hooks)), last_event_(Clock::now()), last_tick_(last_event_),
-      now_(last_event_), inflight_(options.per_peer) {}
+      now_(last_event_), inflight_(options.inflight) {}
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, EngineHooks hooks) {
     std::unique_ptr<Engine> engine(new Engine(options, std::move(hooks)));

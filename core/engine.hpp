@@ -48,9 +48,10 @@ struct EngineOptions {
     std::uint64_t max_message = 64ull << 20;
     /// Loopback only (UCX_NET_DEVICES=lo) unless the environment already says otherwise.
     bool loopback_only = false;
-    /// What one peer may make this side hold (inflight_ledger.hpp): past it, its messages are
-    /// refused with Errc::busy before any buffer is allocated. None by default (a client's).
-    InflightLimits per_peer;
+    /// What one peer, and all of them together, may make this side hold (inflight_ledger.hpp):
+    /// past it, messages are refused with Errc::busy before any buffer is allocated. None by
+    /// default (a client's).
+    InflightBudget inflight;
 };
 
 /// A message whose header decoded; the payload is owned here.
@@ -58,7 +59,7 @@ struct Incoming {
     ucp_ep_h ep = nullptr; ///< where to answer; null if the sender asked for no reply
     wire::Header header;
     std::vector<std::byte> payload;
-    /// The sender's share of EngineOptions::per_peer while this message is held: whoever keeps
+    /// The sender's share of EngineOptions::inflight while this message is held: whoever keeps
     /// the payload past on_message keeps this with it.
     Hold hold;
 };
@@ -251,6 +252,9 @@ public:
     [[nodiscard]] std::uint64_t core_moves() const noexcept { return core_moves_.load(std::memory_order_relaxed); }
     /// Kernels that had the engine's thread progress from their start (run_released's hand_over).
     [[nodiscard]] std::uint64_t progress_handovers() const noexcept { return handovers_.load(std::memory_order_relaxed); }
+    /// What all peers together make this side hold now (EngineOptions::inflight): bytes,
+    /// messages. Any thread; 0, 0 when no limit is set.
+    [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> inflight_held() const { return inflight_.held_by_all(); }
 
 private:
     struct ContextDeleter {
@@ -343,7 +347,7 @@ private:
     std::atomic<int> sleepers_{0}; ///< threads asleep on the event fd
     std::atomic<std::uint64_t> bytes_sent_{0};
     std::atomic<std::uint64_t> sends_in_flight_{0};
-    /// Each peer's held messages and undelivered answers (options_.per_peer); whoever progresses.
+    /// Held messages and undelivered answers, per peer and in all (options_.inflight); whoever progresses.
     InflightLedger inflight_;
     std::atomic<std::uint64_t> core_moves_{0};
     std::atomic<std::uint64_t> handovers_{0};

@@ -27,7 +27,8 @@ for t in "4 client threads x 1000 ships*" \
          "a kernel whose last run was long has the engine's thread progress from its start*" \
          "first calls to three kernels of one bundle*" \
          "an agent with --cache-mib serves many distinct kernels*" \
-         "a connection past its in-flight call limit*"; do
+         "a connection past its in-flight call limit*" \
+         "connections together past the agent's total call limit*"; do
     build-tsan/test/agents/agents_test --warn NoTests "$t" || status=1
 done
 

@@ -27,7 +27,7 @@ TEST_CASE("a ledger with no limits holds nothing and refuses nothing", "[infligh
 }
 
 TEST_CASE("a peer past its message limit is refused until a hold is let go", "[inflight]") {
-    InflightLedger ledger({0, 3});
+    InflightLedger ledger({.per_peer = {0, 3}});
     std::vector<Hold> holds;
     for (int i = 0; i < 3; ++i) {
         auto h = ledger.admit(ep_named(1), 10);
@@ -49,7 +49,7 @@ TEST_CASE("a peer past its message limit is refused until a hold is let go", "[i
 
 TEST_CASE("a peer past its byte limit is refused, but one message alone always goes",
           "[inflight]") {
-    InflightLedger ledger({100, 0});
+    InflightLedger ledger({.per_peer = {100, 0}});
     {
         auto alone = ledger.admit(ep_named(1), 1000); // over the budget, but nothing else is held
         REQUIRE(alone);
@@ -72,7 +72,7 @@ TEST_CASE("a peer past its byte limit is refused, but one message alone always g
 }
 
 TEST_CASE("holds outlive a forgotten peer and may be let go on any thread", "[inflight]") {
-    InflightLedger ledger({1 << 20, 1 << 20});
+    InflightLedger ledger({.per_peer = {1 << 20, 1 << 20}});
     std::vector<Hold> holds;
     for (int i = 0; i < 1000; ++i)
         holds.push_back(std::move(*ledger.admit(ep_named(7), 8)));
@@ -95,7 +95,7 @@ TEST_CASE("holds outlive a forgotten peer and may be let go on any thread", "[in
 TEST_CASE("holds may outlive their ledger, and the last one frees the count", "[inflight]") {
     std::vector<Hold> holds;
     {
-        InflightLedger ledger({0, 100});
+        InflightLedger ledger({.per_peer = {0, 100}});
         for (int i = 0; i < 10; ++i)
             holds.push_back(std::move(*ledger.admit(ep_named(1), 16)));
         auto gone = ledger.admit(ep_named(2), 16); // a peer whose count the ledger frees at once
@@ -107,7 +107,7 @@ TEST_CASE("holds may outlive their ledger, and the last one frees the count", "[
 }
 
 TEST_CASE("limits past what a peer's count can hold are clamped, never overflow", "[inflight]") {
-    InflightLedger ledger({~0ull, ~0ull});
+    InflightLedger ledger({.per_peer = {~0ull, ~0ull}, .total = {~0ull, ~0ull}});
     std::vector<Hold> holds;
     for (int i = 0; i < 3; ++i) { // 384 GiB: within the word's room for bytes (512 GiB)
         auto h = ledger.admit(ep_named(1), 1ull << 37);
@@ -119,4 +119,77 @@ TEST_CASE("limits past what a peer's count can hold are clamped, never overflow"
     REQUIRE_FALSE(past);
     CHECK(past.error().code == Errc::busy);
     CHECK(ledger.held(ep_named(1)).second == 3);
+}
+
+TEST_CASE("past the total across peers any peer is refused, but a small first message goes",
+          "[inflight]") {
+    InflightLedger ledger({.total = {0, 4}});
+    std::vector<Hold> holds;
+    for (int i = 0; i < 4; ++i) // two peers fill the total
+        holds.push_back(std::move(*ledger.admit(ep_named(1 + i % 2), 100)));
+    CHECK(ledger.held_by_all() == std::pair<std::uint64_t, std::uint64_t>{400, 4});
+    auto refused = ledger.admit(ep_named(1), 100);
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code == Errc::busy);
+    CHECK_THAT(refused.error().message,
+               Catch::Contains("holds 4 messages (400 bytes) not yet answered from all its "
+                               "connections, 2 of them this one's") &&
+                   Catch::Contains("limit across connections is 4 messages"));
+    CHECK_FALSE(ledger.admit(ep_named(2), 100));
+    // A peer that holds nothing has one message of up to kAlwaysAdmitted taken all the same ...
+    auto light = ledger.admit(ep_named(3), kAlwaysAdmitted);
+    REQUIRE(light);
+    CHECK(ledger.held_by_all() ==
+          std::pair<std::uint64_t, std::uint64_t>{400 + kAlwaysAdmitted, 5});
+    CHECK_FALSE(ledger.admit(ep_named(3), 1));                   // ... and no second one
+    CHECK_FALSE(ledger.admit(ep_named(4), kAlwaysAdmitted + 1)); // nor a larger one
+    // Every hold gives its share of the total back.
+    light->release();
+    holds.pop_back();
+    CHECK(ledger.held_by_all() == std::pair<std::uint64_t, std::uint64_t>{300, 3});
+    CHECK(ledger.admit(ep_named(1), 100));
+}
+
+TEST_CASE("past the total in bytes any peer is refused, but one message alone always goes",
+          "[inflight]") {
+    InflightLedger ledger({.per_peer = {1 << 20, 0}, .total = {1000, 0}});
+    {
+        auto alone = ledger.admit(ep_named(1), 5000); // nothing held anywhere: it goes
+        REQUIRE(alone);
+        auto other = ledger.admit(ep_named(2), kAlwaysAdmitted + 1);
+        REQUIRE_FALSE(other);
+        CHECK_THAT(other.error().message,
+                   Catch::Contains("limit across connections is 1000 bytes, and this message has"));
+    }
+    auto a = ledger.admit(ep_named(1), 600);
+    auto b = ledger.admit(ep_named(2), 400);
+    REQUIRE(a);
+    REQUIRE(b);
+    CHECK_FALSE(ledger.admit(ep_named(1), 1));
+    // Undelivered answers count against the total too, and are never refused themselves.
+    b->release();
+    auto answer = ledger.charge(ep_named(2), 400);
+    CHECK_FALSE(answer.empty());
+    CHECK_FALSE(ledger.admit(ep_named(1), 1));
+    answer.release();
+    CHECK(ledger.admit(ep_named(1), 400));
+}
+
+TEST_CASE("the total outlives its ledger while holds are out", "[inflight]") {
+    std::vector<Hold> holds;
+    {
+        InflightLedger ledger({.total = {0, 100}});
+        for (int i = 0; i < 10; ++i)
+            holds.push_back(std::move(*ledger.admit(ep_named(1 + i % 3), 16)));
+        CHECK(ledger.held_by_all() == std::pair<std::uint64_t, std::uint64_t>{160, 10});
+    }
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 2; ++t)
+        threads.emplace_back([&, t] {
+            for (std::size_t i = static_cast<std::size_t>(t); i < holds.size(); i += 2)
+                holds[i] = Hold{};
+        });
+    for (auto& th : threads)
+        th.join(); // ASan: no use after free, no leak; TSan: no race
+    SUCCEED();
 }
