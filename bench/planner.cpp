@@ -55,6 +55,7 @@ struct Config {
     int cold_reps = 3;
     int octaves = 3; ///< each side of a crossover
     std::uint64_t burn_turns = 200'000;
+    unsigned burn_depth = 2; ///< the background load's calls in flight to each loaded agent
     unsigned busy_agents = 1; ///< how many agents (the first ones) carry the load; 0: all
     bool explain = false;     ///< print the plan's reason at each point
     std::string csv = "planner.csv";
@@ -226,6 +227,8 @@ int main(int argc, char** argv) {
     app.add_option("--cold-reps", cfg.cold_reps, "timed runs per strategy per point (cold code)")->capture_default_str();
     app.add_option("--octaves", cfg.octaves, "octaves each side of a crossover")->capture_default_str();
     app.add_option("--burn-turns", cfg.burn_turns, "the background load's kernel length (multiply-adds)")->capture_default_str();
+    app.add_option("--burn-depth", cfg.burn_depth, "the background load's calls in flight to each loaded agent (one runs, the rest wait)")
+        ->check(CLI::Range(1u, 64u))->capture_default_str();
     app.add_flag("--explain", cfg.explain, "print the planner's reason for its first run at each point");
     app.add_option("--busy-agents", cfg.busy_agents,
                    "busy points: how many agents carry the background load (the first ones; 0: all)")
@@ -252,15 +255,16 @@ int main(int argc, char** argv) {
     if (cfg.wisdom.empty()) cfg.wisdom = (tmp / "planner.wisdom").string();
     fmt::print("planner: {} | ops {} | transports {} | agents {} | code {} | load {}\n"
                "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
-               "  busy = a second client keeps the worker of {} running a {}-turn kernel; agents: 1 worker each;\n"
+               "  busy = a second client keeps {} call(s) of a {}-turn kernel in flight to {}; agents: 1 worker each;\n"
                "  every answer checked against the op's own; each timed run starts with the agents awake (an empty native call each);\n"
                "  each rep runs every strategy and the planner in turn, in an order shuffled each rep (cold code: GET and\n"
                "  native first, then the planner, then the strategies that compile, so a compile's cache sweep is theirs);\n"
                "  progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
                fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.cold_reps, cfg.octaves,
+               cfg.burn_depth, cfg.burn_turns,
                cfg.busy_agents == 0 ? std::string("every agent") : fmt::format("the first {} agent(s)", cfg.busy_agents),
-               cfg.burn_turns, cfg.progress, cfg.wisdom);
+               cfg.progress, cfg.wisdom);
     fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10} {:>10} {:>10} {:>10} | {:>10} {:<7} {:<7} {:>6}\n", "op", "tl", "n",
                "code", "load", "size", "get us", "native us", "xrdma us", "reship us", "planner us", "oracle", "choice", "regret");
 
@@ -344,7 +348,7 @@ int main(int argc, char** argv) {
                             if (load == "busy") {
                                 const auto loaded = cfg.busy_agents == 0 ? addresses.size() : std::min<std::size_t>(cfg.busy_agents, addresses.size());
                                 bg = std::make_unique<BackgroundLoad>(client_options(transport),
-                                                                      std::vector(addresses.begin(), addresses.begin() + loaded), 2,
+                                                                      std::vector(addresses.begin(), addresses.begin() + loaded), cfg.burn_depth,
                                                                       [turns = cfg.burn_turns](Client& c, const Target& t) {
                                     return c.ship(planner_load_kernels::burn, t, turns);
                                 });

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,8 +27,9 @@ using bitship::test::make_client;
 using namespace std::chrono_literals;
 
 namespace {
-// Long enough (hundreds of ms) that every later call of the test arrives while it runs.
-constexpr std::uint64_t kBlockerSteps = 600'000'000;
+// The blocker spins until the agent stops it (--kernel-timeout-ms): every later call of a test
+// arrives while it runs, whichever tier of the code runs and however fast.
+constexpr auto kBlockerMs = "2000";
 
 // A client that sees the agent's refusals (ClientOptions::resend_busy off).
 Client client_seeing_busy(const std::string& transport) {
@@ -58,8 +60,9 @@ TEST_CASE("connections together past the agent's total call limit get busy while
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
     // No limit per connection: only the total (6 messages) is in play.
-    AgentProcess agent(
-        transport, {"--workers", "1", "--max-inflight-calls", "0", "--total-inflight-calls", "6"});
+    AgentProcess agent(transport,
+                       {"--workers", "1", "--max-inflight-calls", "0", "--total-inflight-calls",
+                        "6", "--kernel-timeout-ms", kBlockerMs});
     auto a = client_seeing_busy(transport);
     auto b = client_seeing_busy(transport);
     auto light = client_seeing_busy(transport);
@@ -70,7 +73,7 @@ TEST_CASE("connections together past the agent's total call limit get busy while
         REQUIRE(c->ship(behaviour_kernels::busy_count, *t, std::uint64_t{1}).get()); // compiled
     REQUIRE(light.ship(behaviour_kernels::echo, tl, std::uint64_t{1}).get());
 
-    auto blocker = a.ship(behaviour_kernels::busy_count, ta, kBlockerSteps);
+    auto blocker = a.ship(behaviour_kernels::spin_forever, ta);
     constexpr int kEach = 5;
     std::vector<Future> calls;
     for (int i = 0; i < kEach; ++i) {
@@ -121,8 +124,8 @@ TEST_CASE("connections together past the agent's total call limit get busy while
     CHECK(answered <= 6);
     CHECK(refused == 2 * kEach - answered + 1);
     auto bl = blocker.get();
-    REQUIRE(bl);
-    CHECK(value_of(*bl) == kBlockerSteps);
+    REQUIRE_FALSE(bl);
+    CHECK(bl.error().code == Errc::kernel_timeout);
     CHECK(agent_counters(light, tl)["busy_refusals"] == static_cast<std::uint64_t>(refused));
     // Answered, both connections take calls again.
     auto again_a = a.ship(behaviour_kernels::busy_count, ta, std::uint64_t{42}).get();
@@ -139,8 +142,9 @@ TEST_CASE("connections flooding large calls together cannot grow the agent past 
     // Four clients send 100 calls of 512 KiB each (200 MiB in all) while the agent's one worker
     // is busy. Each stays within its own connection's limit (256 MiB, the default); the total
     // (16 MiB) refuses the rest, which the clients send again (resend_busy, the default) until
-    // every one is answered.
-    AgentProcess agent("tcp", {"--workers", "1", "--total-inflight-mib", "16"});
+    // every one is answered. The blocker runs 6 s: sending the flood takes seconds under ASan.
+    AgentProcess agent(
+        "tcp", {"--workers", "1", "--total-inflight-mib", "16", "--kernel-timeout-ms", "6000"});
     constexpr int kClients = 4, kCalls = 100;
     std::vector<Client> clients;
     std::vector<Target> targets;
@@ -151,29 +155,47 @@ TEST_CASE("connections flooding large calls together cannot grow the agent past 
         REQUIRE(
             clients.back().ship_bytes(behaviour_kernels::busy_count, targets.back(), args).get());
     }
+    auto observer = make_client("tcp"); // holds nothing: its STATS is taken however full
+    auto to = connect(observer, agent);
     const auto before = peak_rss(agent.pid());
 
-    // Seconds: the whole flood is sent while it runs, even in a sanitizer build.
-    auto blocker = clients[0].ship(behaviour_kernels::busy_count, targets[0], 5 * kBlockerSteps);
+    auto blocker = clients[0].ship(behaviour_kernels::spin_forever, targets[0]);
     std::vector<Future> flood;
     for (int n = 0; n < kCalls; ++n)
         for (int i = 0; i < kClients; ++i)
             flood.push_back(clients[static_cast<std::size_t>(i)].ship_bytes(
                 behaviour_kernels::busy_count, targets[static_cast<std::size_t>(i)], args));
+    // Measured while the blocker still runs, once the agent is full, before it frees anything
+    // (afterwards, ASan's quarantine of freed buffers would count in its peak).
+    const auto full_by = std::chrono::steady_clock::now() + 1500ms;
+    std::map<std::string, std::uint64_t> held;
+    do {
+        std::this_thread::sleep_for(50ms);
+        held = agent_counters(observer, to);
+    } while (held["busy_refusals"] == 0 && std::chrono::steady_clock::now() < full_by);
+    const auto grew = peak_rss(agent.pid()) - before;
+    INFO(fmt::format("refused {}, agent holds {:.1f} MiB, its peak grew {:.1f} MiB",
+                     held["busy_refusals"], held["inflight_bytes"] / 1048576.0, grew / 1048576.0));
+    if (blocker.ready()) {
+        auto early = blocker.get();
+        FAIL("the blocker ended before the agent was full: " << (early ? std::string("answered")
+                                                                       : early.error().describe()));
+    }
+    CHECK(held["busy_refusals"] > 0);
+    CHECK(held["inflight_bytes"] <= (16u << 20) + 4096); // and its own STATS request
+    // The 16 MiB held, plus UCX's and the allocator's own; without the total the agent
+    // grows by the whole 200 MiB.
+    CHECK(grew < (72ull << 20));
+
     for (auto& f : flood) {
         auto r = f.get();
         INFO((r ? std::string() : r.error().describe()));
         REQUIRE(r);
         CHECK(value_of(*r) == 0);
     }
-    REQUIRE(blocker.get());
-    const auto grew = peak_rss(agent.pid()) - before;
-    const auto refused = agent_counters(clients[0], targets[0])["busy_refusals"];
-    INFO(fmt::format("refused {}, agent's peak grew {:.1f} MiB", refused, grew / 1048576.0));
-    CHECK(refused > 0);
+    auto stopped = blocker.get();
+    REQUIRE_FALSE(stopped);
+    CHECK(stopped.error().code == Errc::kernel_timeout);
     // All answered: what the agent holds is this STATS request and little else.
-    CHECK(agent_counters(clients[0], targets[0])["inflight_bytes"] < (64u << 10));
-    // The 16 MiB held, plus UCX's and the allocator's own (and ASan's quarantine of freed
-    // buffers, in that build); without the total the agent grows by the whole 200 MiB.
-    CHECK(grew < (72ull << 20));
+    CHECK(agent_counters(observer, to)["inflight_bytes"] < (64u << 10));
 }
