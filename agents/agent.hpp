@@ -64,6 +64,11 @@ struct AgentConfig {
     /// up to 64 KiB from a connection that holds nothing (so a flood by some does not starve the
     /// rest). 0: no limit.
     InflightLimits all_connections{1ull << 30, 65536};
+    /// Connections to this agent open at once, other agents' forwarding links among them
+    /// (xagent --max-connections); past it, new ones are refused and the caller's connect fails
+    /// saying so. With the in-flight limits it bounds what connections make the agent hold.
+    /// 0: no limit.
+    std::size_t max_connections = 1024;
     bool loopback_only = false;
     /// Symbols the operator exports to kernels on purpose, beyond the runtime and libc subset.
     std::vector<jit::Export> exports;

@@ -81,6 +81,8 @@ struct RunRequest {
 /// A kernel this long pays the engine's thread's wake-up (a few µs) to keep the agent answering
 /// while it runs; a shorter one keeps the token's hand-off free.
 inline constexpr std::uint64_t kLongKernelNs = 100'000;
+/// log_limiter's key for refused connections (no connection has this id).
+inline constexpr std::uint64_t kRefusedConnections = ~std::uint64_t{0};
 /// run_sandboxed's `started` for a kernel on a pool worker: the engine's watchdog looks at it.
 inline void wake_watchdog(void* engine) { static_cast<Engine*>(engine)->wake_watch(); }
 
@@ -121,7 +123,7 @@ struct Link {
     X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)                         \
     X(window_args) X(window_results) X(partial_compiles) X(left_out_calls)                          \
     X(gpu_runs) X(gpu_compiles) X(gpu_compile_failures) X(gpu_reads) X(gpu_writes)                  \
-    X(last_gpu_ptx_ns) X(last_gpu_load_ns) X(group_runs) X(group_calls) X(busy_refusals)
+    X(last_gpu_ptx_ns) X(last_gpu_load_ns) X(group_runs) X(group_calls) X(busy_refusals) X(refused_connections)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};

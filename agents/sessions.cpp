@@ -45,6 +45,15 @@ void Agent::Impl::reply_error(ucp_ep_h ep, std::uint64_t conn, std::uint64_t id,
 }
 
 void Agent::Impl::on_conn_request(ucp_conn_request_h request) {
+    if (config.max_connections != 0 && connections.size() >= config.max_connections) {
+        engine->reject(request);
+        counters.refused_connections.fetch_add(1, std::memory_order_relaxed);
+        std::uint64_t suppressed = 0;
+        if (log_limiter.allow(kRefusedConnections, suppressed))
+            spdlog::warn("refused a connection: {} are open, this agent's limit (--max-connections){}", connections.size(),
+                         suppressed ? fmt::format("; {} more refused since the last line", suppressed) : std::string());
+        return;
+    }
     auto ep = engine->accept(request);
     if (!ep) {
         spdlog::warn("could not accept a connection: {}", ep.error().describe());

@@ -164,6 +164,10 @@ int main(int argc, char** argv) {
     app.add_option("--total-inflight-mib", total_mib,
                    "the limit across all connections in MiB of messages and answers (0: no limit)")
         ->capture_default_str();
+    app.add_option("--max-connections", config.max_connections,
+                   "connections open at once, other agents' forwarding links among them; past it, new ones are refused "
+                   "and the caller's connect fails saying so (0: no limit)")
+        ->capture_default_str();
     app.add_option("--region", region_specs,
                    "allocate and register memory region NAME=SIZE (e.g. chase=1G), or NAME=SIZE@gpuN in GPU N's memory "
                    "(read and written through the agent; only GPU kernels see it; needs --sandbox none); repeatable");

@@ -233,7 +233,7 @@ void Client::Impl::on_ep_error(ucp_ep_h ep, const Error& e) {
     if (!p) return;
     Error why{p->welcomed ? Errc::disconnected : Errc::connect_failed,
               p->welcomed ? fmt::format("{} disconnected: {}", agent_name(*p), e.message)
-                          : fmt::format("no agent answered at {}: {}", p->address, e.message)};
+                          : fmt::format("could not connect to {}: {}", p->address, e.message)};
     fail_peer(*p, why);
 }
 

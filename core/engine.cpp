@@ -77,6 +77,15 @@ socklen_t sockaddr_len(const sockaddr_storage& s) {
 
 } // namespace
 
+Error endpoint_failure(ucs_status_t status) {
+    // The listener refused us: an agent does so past its connection limit.
+    if (status == UCS_ERR_REJECTED)
+        return Error{Errc::connect_failed, fmt::format("the agent refused the connection ({}): an agent does so while "
+                                                       "it has as many as its limit (xagent --max-connections)",
+                                                       ucs_status_string(status))};
+    return from_ucs(status, "endpoint failed");
+}
+
 Error from_ucs(ucs_status_t status, std::string_view what) {
     Errc code = Errc::transport_error;
     switch (status) {
@@ -376,6 +385,10 @@ Result<ucp_ep_h> Engine::accept(ucp_conn_request_h request) {
     return out;
 }
 
+void Engine::reject(ucp_conn_request_h request) {
+    ucp_listener_reject(listener_.get(), request);
+}
+
 Result<std::uint16_t> Engine::listen(const std::string& host, std::uint16_t port) {
     auto addr = resolve(host, port);
     if (!addr) return tl::make_unexpected(addr.error());
@@ -509,7 +522,7 @@ bool Engine::drain() {
         auto batch = std::move(failed_);
         failed_.clear();
         for (auto& f : batch) {
-            if (hooks_.on_ep_error) hooks_.on_ep_error(f.ep, from_ucs(f.status, "endpoint failed"));
+            if (hooks_.on_ep_error) hooks_.on_ep_error(f.ep, endpoint_failure(f.status));
             close(f.ep);
         }
         did = true;

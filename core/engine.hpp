@@ -37,6 +37,8 @@ namespace bitship {
 
 /// The one place a UCX status becomes a bitship error.
 Error from_ucs(ucs_status_t status, std::string_view what);
+/// Why an endpoint failed, as its owner is told (on_ep_error).
+Error endpoint_failure(ucs_status_t status);
 
 struct EngineOptions {
     Transport transport = Transport::any;
@@ -168,6 +170,8 @@ public:
     Result<ucp_ep_h> connect(const std::string& host, std::uint16_t port);
     /// Accepts a connection request from our listener.
     Result<ucp_ep_h> accept(ucp_conn_request_h request);
+    /// Refuses a connection request: the peer's endpoint fails with UCS_ERR_REJECTED.
+    void reject(ucp_conn_request_h request);
     /// Listens on `host:port` (port 0 picks one) and returns the bound port.
     Result<std::uint16_t> listen(const std::string& host, std::uint16_t port);
     /// Sends a message; the engine keeps it alive until UCX is done with it.
