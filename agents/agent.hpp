@@ -69,6 +69,10 @@ struct AgentConfig {
     /// saying so. With the in-flight limits it bounds what connections make the agent hold.
     /// 0: no limit.
     std::size_t max_connections = 1024;
+    /// A connection that has not finished its handshake (HELLO, and AUTH where keys are asked
+    /// for) this long after it was accepted is closed when another one comes (xagent
+    /// --handshake-timeout-ms). 0: never.
+    std::chrono::milliseconds handshake_timeout{10000};
     bool loopback_only = false;
     /// Symbols the operator exports to kernels on purpose, beyond the runtime and libc subset.
     std::vector<jit::Export> exports;

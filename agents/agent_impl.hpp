@@ -123,7 +123,7 @@ struct Link {
     X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)                         \
     X(window_args) X(window_results) X(partial_compiles) X(left_out_calls)                          \
     X(gpu_runs) X(gpu_compiles) X(gpu_compile_failures) X(gpu_reads) X(gpu_writes)                  \
-    X(last_gpu_ptx_ns) X(last_gpu_load_ns) X(group_runs) X(group_calls) X(busy_refusals) X(refused_connections)
+    X(last_gpu_ptx_ns) X(last_gpu_load_ns) X(group_runs) X(group_calls) X(busy_refusals) X(refused_connections) X(handshake_timeouts)
 
 struct Counters {
 #define X(name) std::atomic<std::uint64_t> name{0};
@@ -172,6 +172,15 @@ struct Agent::Impl {
 
     // Touched only by whoever progresses (engine thread or leading worker), one at a time.
     std::unordered_map<ucp_ep_h, std::uint64_t> connections;
+    /// Connections whose handshake is not done (HELLO, and AUTH where keys are asked for):
+    /// when each was accepted, and whether its HELLO came. Closed past
+    /// AgentConfig::handshake_timeout when a new connection comes, so connections that never
+    /// finish cannot keep --max-connections full.
+    struct Handshake {
+        Clock::time_point since;
+        bool hello = false;
+    };
+    std::unordered_map<ucp_ep_h, Handshake> handshaking;
     std::uint64_t next_conn = 1;
     std::uint64_t next_forward_id = 1;
     // Requests waiting for a compile of their hash that is already under way.
@@ -240,6 +249,11 @@ struct Agent::Impl {
     void on_bad_message(ucp_ep_h ep, std::uint64_t id, const Error& e);
     void on_message(Incoming&& in);
     void on_ep_error(ucp_ep_h ep, const Error& e);
+    // Closes connections past their handshake time: called as a connection comes, when their
+    // places are wanted (a timer would wake an idle agent).
+    void close_stale_handshakes();
+    // Forgets client connection `ep` (its session, window and handshake); `why` is logged.
+    void forget_connection(ucp_ep_h ep, std::string_view why);
 
     // trust.cpp
     // AUTH on connection `conn`: ACK, or ERROR unauthorized.

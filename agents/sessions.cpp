@@ -45,6 +45,7 @@ void Agent::Impl::reply_error(ucp_ep_h ep, std::uint64_t conn, std::uint64_t id,
 }
 
 void Agent::Impl::on_conn_request(ucp_conn_request_h request) {
+    close_stale_handshakes();
     if (config.max_connections != 0 && connections.size() >= config.max_connections) {
         engine->reject(request);
         counters.refused_connections.fetch_add(1, std::memory_order_relaxed);
@@ -60,6 +61,7 @@ void Agent::Impl::on_conn_request(ucp_conn_request_h request) {
         return;
     }
     connections[*ep] = next_conn++;
+    handshaking[*ep] = Handshake{Clock::now()};
     counters.connections.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -103,6 +105,7 @@ void Agent::Impl::on_message(Incoming&& in) {
     }
     switch (in.header.type) {
     case wire::Type::hello: {
+        if (auto h = handshaking.find(in.ep); h != handshaking.end()) h->second.hello = true;
         kernel_stats.on_client(conn, std::get<wire::Hello>(msg->body).client);
         wire::Welcome w;
         auto addr = address();
@@ -190,13 +193,36 @@ void Agent::Impl::on_message(Incoming&& in) {
     }
 }
 
-void Agent::Impl::on_ep_error(ucp_ep_h ep, const Error& e) {
-    if (auto it = connections.find(ep); it != connections.end()) {
-        gate->close(it->second);
-        windows->close(it->second);
-        connections.erase(it);
-        spdlog::info("client went away: {}", e.message);
+void Agent::Impl::forget_connection(ucp_ep_h ep, std::string_view why) {
+    auto it = connections.find(ep);
+    if (it == connections.end()) return;
+    gate->close(it->second);
+    windows->close(it->second);
+    spdlog::info("connection {}: {}", it->second, why);
+    connections.erase(it);
+    handshaking.erase(ep);
+}
+
+void Agent::Impl::close_stale_handshakes() {
+    if (handshaking.empty() || config.handshake_timeout.count() == 0) return;
+    const auto now = Clock::now();
+    for (auto it = handshaking.begin(); it != handshaking.end();) {
+        auto [ep, h] = *it;
+        ++it; // forget_connection erases the entry
+        if (h.hello && gate->admitted(conn_of(ep))) {
+            handshaking.erase(ep);
+        } else if (now - h.since >= config.handshake_timeout) {
+            counters.handshake_timeouts.fetch_add(1, std::memory_order_relaxed);
+            forget_connection(ep, fmt::format("closed: no {} within {} ms of connecting (--handshake-timeout-ms)",
+                                              h.hello ? "AUTH with an authorized key" : "HELLO",
+                                              config.handshake_timeout.count()));
+            engine->close(ep);
+        }
     }
+}
+
+void Agent::Impl::on_ep_error(ucp_ep_h ep, const Error& e) {
+    forget_connection(ep, fmt::format("the client went away: {}", e.message));
     if (auto it = link_by_ep.find(ep); it != link_by_ep.end()) {
         spdlog::warn("peer {} went away: {}", it->second, e.message);
         fail_link(links[it->second], e);

@@ -168,6 +168,12 @@ int main(int argc, char** argv) {
                    "connections open at once, other agents' forwarding links among them; past it, new ones are refused "
                    "and the caller's connect fails saying so (0: no limit)")
         ->capture_default_str();
+    std::uint64_t handshake_ms = config.handshake_timeout.count();
+    app.add_option("--handshake-timeout-ms", handshake_ms,
+                   "a connection that has not finished its handshake (HELLO, and AUTH where keys are asked for) this long "
+                   "after connecting is closed when another comes, so such connections cannot hold --max-connections "
+                   "(0: never)")
+        ->capture_default_str();
     app.add_option("--region", region_specs,
                    "allocate and register memory region NAME=SIZE (e.g. chase=1G), or NAME=SIZE@gpuN in GPU N's memory "
                    "(read and written through the agent; only GPU kernels see it; needs --sandbox none); repeatable");
@@ -282,6 +288,7 @@ int main(int argc, char** argv) {
     config.limits = {max_message, max_args, max_result};
     config.per_connection = {inflight_mib << 20, inflight_calls};
     config.all_connections = {total_mib << 20, total_calls};
+    config.handshake_timeout = std::chrono::milliseconds(handshake_ms);
     // Freed message buffers are kept for the next message instead of unmapped (memory_reuse.hpp).
     keep_freed_memory(max_message);
     config.loopback_only = loopback;

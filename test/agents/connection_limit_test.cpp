@@ -1,8 +1,10 @@
 // An agent at its connection limit (xagent --max-connections) refuses new connections: the
 // caller's connect fails at once saying so, the connections it has go on, and a place freed by
-// a client that leaves is taken by the next.
+// a client that leaves, or by a connection that never finished its handshake
+// (--handshake-timeout-ms), is taken by the next.
 
 #include "launcher.hpp"
+#include "raw_peer.hpp"
 #include "test_support.hpp"
 
 #include <behaviour_kernels.hpp>
@@ -20,6 +22,7 @@ using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
 using bitship::test::connect;
 using bitship::test::make_client;
+using bitship::test::RawPeer;
 using namespace std::chrono_literals;
 
 TEST_CASE("an agent at its connection limit refuses new connections and serves the ones it has",
@@ -69,4 +72,28 @@ TEST_CASE("an agent at its connection limit refuses new connections and serves t
     REQUIRE(again->size() == sizeof v);
     std::memcpy(&v, again->data(), sizeof v);
     CHECK(v == 11);
+}
+
+TEST_CASE("a connection that never finishes its handshake gives its place up to the next one",
+          "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO("transport " << transport);
+    AgentProcess agent(transport, {"--max-connections", "1", "--handshake-timeout-ms", "300"});
+    // HELLO, WELCOME, and no AUTH: this agent asks for keys, so the session is never admitted.
+    RawPeer idle(transport, agent.port(), /*authenticate=*/false);
+
+    auto client = make_client(transport);
+    auto refused = client.connect(agent.address()); // within its 300 ms: the place is taken
+    REQUIRE_FALSE(refused);
+    CHECK_THAT(refused.error().message, Catch::Contains("--max-connections"));
+    std::this_thread::sleep_for(400ms);
+    auto target = client.connect(agent.address()); // past them: the idle one is closed for it
+    INFO(agent.log());
+    REQUIRE(target);
+    auto r = client.ship(behaviour_kernels::busy_count, *target, std::uint64_t{3}).get();
+    REQUIRE(r);
+    auto counters = agent_counters(client, *target);
+    CHECK(counters["handshake_timeouts"] == 1);
+    CHECK(counters["refused_connections"] == 1);
+    CHECK_THAT(agent.log(), Catch::Contains("no AUTH with an authorized key within 300 ms"));
 }
