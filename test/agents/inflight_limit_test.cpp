@@ -2,6 +2,7 @@
 // (xagent --max-inflight-calls, --max-inflight-mib), its new calls are refused at once with
 // `busy`, nothing admitted is lost, other connections go on, and it recovers once answered.
 
+#include "inflight_support.hpp"
 #include "launcher.hpp"
 #include "test_support.hpp"
 
@@ -21,25 +22,16 @@
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
+using bitship::test::client_seeing_busy;
 using bitship::test::connect;
 using bitship::test::make_client;
+using bitship::test::peak_rss;
+using bitship::test::value_of;
 using namespace std::chrono_literals;
 
 namespace {
 // Long enough (hundreds of ms) that every later call of the test arrives while it runs.
 constexpr std::uint64_t kBlockerSteps = 600'000'000;
-
-// A client that sees the agent's refusals (ClientOptions::resend_busy off).
-Client client_seeing_busy(const std::string& transport) {
-    return make_client(transport, 30s, [](ClientOptions& o) { o.resend_busy = false; });
-}
-
-std::uint64_t value_of(const Bytes& b) {
-    std::uint64_t v = 0;
-    REQUIRE(b.size() == sizeof v);
-    std::memcpy(&v, b.data(), sizeof v);
-    return v;
-}
 } // namespace
 
 TEST_CASE("a connection past its in-flight call limit gets busy at once while others go on",
@@ -145,18 +137,6 @@ TEST_CASE("a connection past its in-flight byte limit is refused before its argu
     REQUIRE(again);
     CHECK(*again == big);
 }
-
-namespace {
-// The agent's peak resident memory (VmHWM), bytes.
-std::uint64_t peak_rss(pid_t pid) {
-    std::ifstream in(fmt::format("/proc/{}/status", pid));
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) << 10;
-    FAIL("no VmHWM in /proc/" << pid << "/status");
-    return 0;
-}
-} // namespace
 
 TEST_CASE("a connection flooding large calls cannot grow the agent past its in-flight byte limit",
           "[integration]") {

@@ -3,6 +3,7 @@
 // `busy`, whichever connection sends them, while a small call from a connection that has
 // nothing at the agent is still taken, and the agent's memory stays bounded.
 
+#include "inflight_support.hpp"
 #include "launcher.hpp"
 #include "test_support.hpp"
 
@@ -22,36 +23,17 @@
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
+using bitship::test::client_seeing_busy;
 using bitship::test::connect;
 using bitship::test::make_client;
+using bitship::test::peak_rss;
+using bitship::test::value_of;
 using namespace std::chrono_literals;
 
 namespace {
 // The blocker spins until the agent stops it (--kernel-timeout-ms): every later call of a test
 // arrives while it runs, whichever tier of the code runs and however fast.
 constexpr auto kBlockerMs = "2000";
-
-// A client that sees the agent's refusals (ClientOptions::resend_busy off).
-Client client_seeing_busy(const std::string& transport) {
-    return make_client(transport, 30s, [](ClientOptions& o) { o.resend_busy = false; });
-}
-
-std::uint64_t value_of(const Bytes& b) {
-    std::uint64_t v = 0;
-    REQUIRE(b.size() == sizeof v);
-    std::memcpy(&v, b.data(), sizeof v);
-    return v;
-}
-
-// The agent's peak resident memory (VmHWM), bytes.
-std::uint64_t peak_rss(pid_t pid) {
-    std::ifstream in(fmt::format("/proc/{}/status", pid));
-    std::string line;
-    while (std::getline(in, line))
-        if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) << 10;
-    FAIL("no VmHWM in /proc/" << pid << "/status");
-    return 0;
-}
 } // namespace
 
 TEST_CASE("connections together past the agent's total call limit get busy while a light one "
