@@ -1,6 +1,7 @@
 #pragma once
 // Helpers the tests of what connections may make an agent hold share (inflight_limit_test.cpp,
-// total_inflight_test.cpp): a client that sees refusals, a u64 answer, an agent's peak memory.
+// total_inflight_test.cpp): a client that sees refusals, a u64 answer, an agent's peak memory,
+// and how long a blocker kernel runs before the agent stops it.
 
 #include "test_support.hpp"
 
@@ -15,6 +16,21 @@
 #include <sys/types.h>
 
 namespace bitship::test {
+
+/// --kernel-timeout-ms for a test's blocker (a spin_forever call the agent stops): `ms` in a
+/// plain build, three times that under ASan, where the client sends a flood several times more
+/// slowly. Long enough that every call of the test arrives while it runs; no longer, since it
+/// keeps a core busy beside the other tests.
+inline std::string blocker_ms(int ms) {
+#if defined(__SANITIZE_ADDRESS__)
+    ms *= 3;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    ms *= 3;
+#endif
+#endif
+    return std::to_string(ms);
+}
 
 /// A client that sees the agent's refusals (ClientOptions::resend_busy off).
 inline Client client_seeing_busy(const std::string& transport) {

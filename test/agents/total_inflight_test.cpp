@@ -23,18 +23,13 @@
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
+using bitship::test::blocker_ms;
 using bitship::test::client_seeing_busy;
 using bitship::test::connect;
 using bitship::test::make_client;
 using bitship::test::peak_rss;
 using bitship::test::value_of;
 using namespace std::chrono_literals;
-
-namespace {
-// The blocker spins until the agent stops it (--kernel-timeout-ms): every later call of a test
-// arrives while it runs, whichever tier of the code runs and however fast.
-constexpr auto kBlockerMs = "2000";
-} // namespace
 
 TEST_CASE("connections together past the agent's total call limit get busy while a light one "
           "is answered",
@@ -44,7 +39,7 @@ TEST_CASE("connections together past the agent's total call limit get busy while
     // No limit per connection: only the total (6 messages) is in play.
     AgentProcess agent(transport,
                        {"--workers", "1", "--max-inflight-calls", "0", "--total-inflight-calls",
-                        "6", "--kernel-timeout-ms", kBlockerMs});
+                        "6", "--kernel-timeout-ms", blocker_ms(1000)});
     auto a = client_seeing_busy(transport);
     auto b = client_seeing_busy(transport);
     auto light = client_seeing_busy(transport);
@@ -55,6 +50,7 @@ TEST_CASE("connections together past the agent's total call limit get busy while
         REQUIRE(c->ship(behaviour_kernels::busy_count, *t, std::uint64_t{1}).get()); // compiled
     REQUIRE(light.ship(behaviour_kernels::echo, tl, std::uint64_t{1}).get());
 
+    // Spins until the agent stops it (--kernel-timeout-ms): every call below arrives meanwhile.
     auto blocker = a.ship(behaviour_kernels::spin_forever, ta);
     constexpr int kEach = 5;
     std::vector<Future> calls;
@@ -124,9 +120,9 @@ TEST_CASE("connections flooding large calls together cannot grow the agent past 
     // Four clients send 100 calls of 512 KiB each (200 MiB in all) while the agent's one worker
     // is busy. Each stays within its own connection's limit (256 MiB, the default); the total
     // (16 MiB) refuses the rest, which the clients send again (resend_busy, the default) until
-    // every one is answered. The blocker runs 6 s: sending the flood takes seconds under ASan.
-    AgentProcess agent(
-        "tcp", {"--workers", "1", "--total-inflight-mib", "16", "--kernel-timeout-ms", "6000"});
+    // every one is answered.
+    AgentProcess agent("tcp", {"--workers", "1", "--total-inflight-mib", "16",
+                               "--kernel-timeout-ms", blocker_ms(2000)});
     constexpr int kClients = 4, kCalls = 100;
     std::vector<Client> clients;
     std::vector<Target> targets;
