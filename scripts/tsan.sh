@@ -2,7 +2,8 @@
 # The concurrency tests under ThreadSanitizer (clang-19, preset tsan): every JIT test (tier swaps
 # under concurrent calls, concurrent first compiles, eviction), and the agent tests where
 # threads meet: several callers waiting and leading progress in turn, a long kernel handing
-# progress to the engine's thread, concurrent first calls to one bundle, eviction under calls.
+# progress to the engine's thread, concurrent first calls to one bundle, eviction under calls;
+# and the in-flight ledger's holds, let go on many threads.
 # Their xagent and bitship-compiler processes are built the same way; every process writes its
 # reports under one directory, and any report fails this script (UCX and LLVM are not
 # instrumented: what happens inside them is not seen, their locks and threads are).
@@ -14,12 +15,14 @@ cd "$(dirname "$0")/.."
 export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan --target jit_test agents_test xagent bitship-compiler
+cmake --build --preset tsan --target jit_test core_test agents_test xagent bitship-compiler
 reports=$(mktemp -d /tmp/bitship-tsan-XXXXXX)
 export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:log_path=$reports/report"
 
 status=0
 build-tsan/test/jit/jit_test --warn NoTests || status=1
+# Holds of the in-flight ledger, given back on many threads.
+build-tsan/test/core/core_test --warn NoTests "[inflight]" || status=1
 # Catch splits a test spec at commas: each name is given by a prefix and '*'.
 for t in "4 client threads x 1000 ships*" \
          "a caller waiting on its future receives its result itself*" \
@@ -27,8 +30,7 @@ for t in "4 client threads x 1000 ships*" \
          "a kernel whose last run was long has the engine's thread progress from its start*" \
          "first calls to three kernels of one bundle*" \
          "an agent with --cache-mib serves many distinct kernels*" \
-         "a connection past its in-flight call limit*" \
-         "connections together past the agent's total call limit*"; do
+         "a connection past its in-flight call limit*"; do
     build-tsan/test/agents/agents_test --warn NoTests "$t" || status=1
 done
 
