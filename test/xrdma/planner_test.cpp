@@ -8,6 +8,7 @@
 #include <atomic>
 #include <csignal>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -305,15 +306,25 @@ TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow
     CHECK(planner->stats().slow_flags == 0);
 
     // Then the agent's host slows it down and says nothing (no queue to report): the process is
-    // stopped 2.5 ms of every 3. Runs spaced 0.7 ms apart land at every phase of that, so most
-    // of them wait for the agent to run again.
+    // stopped most of the time, for ten times what a run is predicted to take (2.5 ms at least),
+    // so a run that starts while it is stopped mostly waits several predictions. The spell
+    // scales with the prediction because a sanitizer build's runs take far longer than 2.5 ms /
+    // 10. Runs start at random phases of the cycle: a fixed spacing after a run that ended just
+    // after SIGCONT would start every run at the same place, possibly inside the running spell.
+    const auto predicted = planner->plan(**op, 16);
+    REQUIRE(predicted);
+    const std::chrono::nanoseconds predicted_ns{static_cast<std::int64_t>(predicted->estimate_of(Strategy::xrdma))};
+    const auto stopped = std::max<std::chrono::nanoseconds>(2500us, 10 * predicted_ns);
+    const auto running = std::max<std::chrono::nanoseconds>(500us, predicted_ns);
+    INFO("a run predicted to take " << predicted_ns.count() << " ns; the agent stopped " << stopped.count()
+                                    << " ns of every " << (stopped + running).count());
     std::atomic<bool> stop{false};
     std::thread throttle([&] {
         while (!stop.load()) {
             ::kill(agent.pid(), SIGSTOP);
-            std::this_thread::sleep_for(2500us);
+            std::this_thread::sleep_for(stopped);
             ::kill(agent.pid(), SIGCONT);
-            std::this_thread::sleep_for(500us);
+            std::this_thread::sleep_for(running);
         }
         ::kill(agent.pid(), SIGCONT);
     });
@@ -325,9 +336,11 @@ TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow
             t.join();
         }
     } join{stop, throttle};
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<std::int64_t> phase(0, (stopped + running).count());
     for (std::size_t i = 0; i < 2 * options.slow_window; ++i) {
         REQUIRE(planner->run_as(**op, 16, Strategy::xrdma));
-        std::this_thread::sleep_for(700us);
+        std::this_thread::sleep_for(std::chrono::nanoseconds(phase(rng)));
     }
     const auto slow = planner->slow_agents();
     REQUIRE(slow.size() == 1);
