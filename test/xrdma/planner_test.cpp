@@ -55,7 +55,7 @@ PlannerOptions options_in(const std::filesystem::path& dir) {
 
 } // namespace
 
-TEST_CASE("plan explains every strategy's estimate and run follows it with the right answer", "[integration]") {
+TEST_CASE("plan explains every strategy's estimate and run follows it with the right answer", "[integration][serial]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO(transport);
     const auto dir = launch::make_temp_dir("bitship-planner-");
@@ -104,7 +104,7 @@ TEST_CASE("plan explains every strategy's estimate and run follows it with the r
     std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("the wisdom file survives a restart, and is measured again when the link changes", "[integration]") {
+TEST_CASE("the wisdom file survives a restart, and is measured again when the link changes", "[integration][serial]") {
     // The agents spin: a progress thread found asleep answers a ping in about 0.45 ms here,
     // which would make the same link measure as a changed one (see the note on issue 6).
     auto spinning = [] {
@@ -180,7 +180,7 @@ std::string wisdom_line(const std::filesystem::path& file, std::string* key = nu
 }
 } // namespace
 
-TEST_CASE("what refits learn reaches the wisdom file by the planner's end, not a write after every refit", "[integration]") {
+TEST_CASE("what refits learn reaches the wisdom file by the planner's end, not a write after every refit", "[integration][serial]") {
     const auto dir = launch::make_temp_dir("bitship-planner-");
     const auto file = dir / "planner.wisdom";
     AgentProcess agent("shm", chase_region());
@@ -212,7 +212,7 @@ TEST_CASE("what refits learn reaches the wisdom file by the planner's end, not a
     std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integration]") {
+TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integration][serial]") {
     AgentProcess idle("tcp", chase_region()), busy("tcp", chase_region());
     auto client = client_for("tcp");
     auto idle_t = client.connect(idle.address());
@@ -290,7 +290,7 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     CHECK(to_idle->stats().pushed_back < to_busy->stats().pushed_back);
 }
 
-TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow_agents() and the log", "[integration]") {
+TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow_agents() and the log", "[integration][serial]") {
     AgentProcess agent("tcp", chase_region());
     auto client = client_for("tcp");
     auto target = client.connect(agent.address());
