@@ -31,12 +31,24 @@ bool Engine::gather(ucp_ep_h ep, wire::Encoded& message) {
     const std::size_t bytes = sizeof(wire::Header) + message.payload.size();
     if (bytes > kBatchItemBytes || message.header.type == wire::Type::batch) return false;
     auto it = find_gathered(ep);
-    if (it != gathered_.end() && (it->bytes + bytes > kBatchBytes || it->messages.size() == wire::kBatchMaxItems)) {
+    if (it != gathered_.end() && (it->bytes + bytes > kBatchBytes || it->count == wire::kBatchMaxItems)) {
         send_gathered(ep); // full: it goes, and a new batch starts
         it = gathered_.end();
     }
-    if (it == gathered_.end()) it = gathered_.insert(gathered_.end(), Gathered{ep, {}, 0});
-    it->messages.push_back(std::move(message));
+    if (it == gathered_.end()) it = gathered_.insert(gathered_.end(), Gathered{ep, {}, {}, 0, 0});
+    if (it->count == 0) {
+        it->first = std::move(message);
+    } else {
+        if (it->count == 1) {
+            it->batch = wire::encode_request(wire::Type::batch, 0);
+            it->batch.payload.reserve(kBatchBytes);
+            wire::append_to_batch(it->batch, it->first);
+            it->first = {};
+        }
+        wire::append_to_batch(it->batch, message);
+        message = {};
+    }
+    ++it->count;
     it->bytes += bytes;
     return true;
 }
@@ -46,15 +58,12 @@ void Engine::send_gathered(ucp_ep_h ep) {
     if (it == gathered_.end()) return;
     auto g = std::move(*it);
     gathered_.erase(it);
-    if (g.messages.size() == 1) {
-        send_now(ep, std::move(g.messages.front()));
+    if (g.count == 1) {
+        send_now(ep, std::move(g.first));
         return;
     }
-    wire::Encoded batch = wire::encode_request(wire::Type::batch, 0);
-    batch.payload.reserve(g.bytes);
-    for (const auto& m : g.messages) wire::append_to_batch(batch, m);
     batches_sent_.fetch_add(1, std::memory_order_relaxed);
-    send_now(ep, std::move(batch));
+    send_now(ep, std::move(g.batch));
 }
 
 void Engine::send_all_gathered() {
