@@ -76,6 +76,8 @@ struct RunRequest {
     std::vector<std::byte> window_args;
     /// A GPU call whose module was unloaded to make room before it ran is loaded again once.
     bool gpu_reloaded = false;
+    /// The kernel's stats slot once a worker looked it up (else the answer looks it up).
+    KernelStats::KernelSlot* stats = nullptr;
 };
 
 /// A kernel this long pays the engine's thread's wake-up (a few µs) to keep the agent answering

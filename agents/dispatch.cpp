@@ -220,6 +220,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         // engine's thread to progress while it runs: without that, on TCP an emulated GET of this
         // agent's memory, or a ping, waits for the whole kernel (up to Engine::kTakeover).
         auto* counted = kernel_stats.slot(r->run.hash, r->run.entry);
+        r->stats = counted;
         const bool long_kernel = KernelStats::last_run_ns(counted) >= kLongKernelNs;
         engine->run_released([&] { stopped = run_sandboxed(what, ctx); }, long_kernel);
         record_run(counted, what, Clock::now() - began);
@@ -232,7 +233,8 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         prepare_ctx(ctx, *r);
         auto began = Clock::now();
         auto stopped = run_sandboxed(what, ctx, &wake_watchdog, engine.get());
-        record_run(kernel_stats.slot(r->run.hash, r->run.entry), what, Clock::now() - began);
+        r->stats = kernel_stats.slot(r->run.hash, r->run.entry);
+        record_run(r->stats, what, Clock::now() - began);
         ctx.create_region = nullptr;
         engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {
             finish_kernel(r, code, stopped, ctx);

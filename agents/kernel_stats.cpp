@@ -203,7 +203,10 @@ std::uint64_t KernelStats::last_run_ns(const KernelSlot* k) noexcept { return k-
 
 void KernelStats::on_answer(const CodeHash& hash, std::string_view entry, std::uint64_t conn, std::size_t bytes_in,
                             const wire::Encoded& answer) noexcept {
-    auto* k = kernel(hash, entry);
+    on_answer(kernel(hash, entry), conn, bytes_in, answer);
+}
+
+void KernelStats::on_answer(KernelSlot* k, std::uint64_t conn, std::size_t bytes_in, const wire::Encoded& answer) noexcept {
     auto* c = client_of(conn);
     k->calls.fetch_add(1, kRelaxed);
     c->calls.fetch_add(1, kRelaxed);

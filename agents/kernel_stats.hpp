@@ -85,6 +85,8 @@ public:
     /// The final answer of a call on connection `conn`: a RESULT (bytes out) or an ERROR (its code).
     void on_answer(const CodeHash& hash, std::string_view entry, std::uint64_t conn, std::size_t bytes_in,
                    const wire::Encoded& answer) noexcept;
+    /// The same for a kernel whose slot() the caller holds.
+    void on_answer(KernelSlot* k, std::uint64_t conn, std::size_t bytes_in, const wire::Encoded& answer) noexcept;
 
     /// A group's `calls` answered in one message (Client::ship_each) on connection `conn`:
     /// counted as that many calls, with their bytes in and out. Each call that failed is also

@@ -20,7 +20,10 @@ void Agent::Impl::reply(ucp_ep_h ep, std::uint64_t conn, wire::Encoded&& m) {
 }
 
 void Agent::Impl::answer(const RunRequest& r, wire::Encoded&& m) {
-    kernel_stats.on_answer(r.run.hash, r.run.entry, r.conn, r.run.args.size(), m);
+    if (r.stats)
+        kernel_stats.on_answer(r.stats, r.conn, r.run.args.size(), m);
+    else
+        kernel_stats.on_answer(r.run.hash, r.run.entry, r.conn, r.run.args.size(), m);
     m.header.request_id = r.run.hops == 0 ? r.id : r.run.origin;
     if (r.run.hops == 0 || r.run.reply_to.empty()) {
         reply(r.ep, r.conn, std::move(m));
