@@ -293,6 +293,8 @@ struct Agent::Impl {
     void record_run(KernelStats::KernelSlot* stats, const Runnable& what, Clock::duration took);
     void run_kernel(std::shared_ptr<RunRequest> r, Runnable what);
     /// run_guarded, with shipped code bound to the sandbox for the call (kernel_sandbox.hpp).
+    /// The caller counts the kernel in load_gauge (LoadGauge::Running, or RunningLeader on the
+    /// leading worker).
     std::optional<Error> run_sandboxed(const Runnable& what, bs_ctx& ctx, void (*started)(void*) = nullptr,
                                        void* started_arg = nullptr);
     void finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,

@@ -62,12 +62,18 @@ void Agent::Impl::run_group(std::shared_ptr<RunRequest> r, Runnable what) {
         WorkerPool::RunningHere running(*pool);
         const bool long_group = KernelStats::last_run_ns(counted) * count >= kLongKernelNs;
         GroupRun done;
-        engine->run_released([&] { done = run_calls(*r, what, counted, nullptr, nullptr); }, long_group);
+        {
+            LoadGauge::RunningLeader counted_load(load_gauge);
+            engine->run_released([&] { done = run_calls(*r, what, counted, nullptr, nullptr); }, long_group);
+        }
         finish_group(*r, what, counted, std::move(done));
         return;
     }
     bool queued = pool->submit([this, r, what, counted] {
-        auto done = run_calls(*r, what, counted, &wake_watchdog, engine.get());
+        auto done = [&] {
+            LoadGauge::Running counted_load(load_gauge);
+            return run_calls(*r, what, counted, &wake_watchdog, engine.get());
+        }();
         engine->post([this, r, what, counted, done = std::move(done)]() mutable { finish_group(*r, what, counted, std::move(done)); });
     });
     if (!queued) answer_error(*r, Error{Errc::shutting_down, "agent is shutting down"});

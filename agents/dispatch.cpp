@@ -191,7 +191,6 @@ void Agent::Impl::prepare_ctx(bs_ctx& ctx, const RunRequest& r) {
 }
 
 std::optional<Error> Agent::Impl::run_sandboxed(const Runnable& what, bs_ctx& ctx, void (*started)(void*), void* arg) {
-    LoadGauge::Running running(load_gauge);
     // Shipped code runs bound to its thread's area of the arena (under sfi); an operator's
     // native kernel (no code object) is its own and runs as it is.
     if (!what.code) return run_guarded(what.fn, &ctx, config.kernel_timeout, started, arg);
@@ -222,7 +221,10 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         auto* counted = kernel_stats.slot(r->run.hash, r->run.entry);
         r->stats = counted;
         const bool long_kernel = KernelStats::last_run_ns(counted) >= kLongKernelNs;
-        engine->run_released([&] { stopped = run_sandboxed(what, ctx); }, long_kernel);
+        {
+            LoadGauge::RunningLeader counted_load(load_gauge);
+            engine->run_released([&] { stopped = run_sandboxed(what, ctx); }, long_kernel);
+        }
         record_run(counted, what, Clock::now() - began);
         ctx.create_region = nullptr;
         finish_kernel(r, what.code, stopped, ctx);
@@ -232,7 +234,10 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         bs_ctx ctx;
         prepare_ctx(ctx, *r);
         auto began = Clock::now();
-        auto stopped = run_sandboxed(what, ctx, &wake_watchdog, engine.get());
+        auto stopped = [&] {
+            LoadGauge::Running counted_load(load_gauge);
+            return run_sandboxed(what, ctx, &wake_watchdog, engine.get());
+        }();
         r->stats = kernel_stats.slot(r->run.hash, r->run.entry);
         record_run(r->stats, what, Clock::now() - began);
         ctx.create_region = nullptr;

@@ -171,9 +171,13 @@ std::optional<Error> run_guarded(bs_entry_fn fn, bs_ctx* ctx, std::chrono::milli
                                  void* started_arg) {
     Slot& s = my_slot();
     if (pool_stopping(&s)) return shut_down_error(); // stop_kernels() may have looked before this call began
-    s.generation.fetch_add(1, std::memory_order_relaxed);
+    // Only this thread writes its slot's generation: a plain increment, no locked instruction.
+    s.generation.store(s.generation.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     s.budget_ns.store(std::chrono::duration_cast<std::chrono::nanoseconds>(budget).count(), std::memory_order_relaxed);
-    s.started_ns.store(budget.count() > 0 ? now_ns() : 0, std::memory_order_seq_cst);
+    // Sequentially consistent where `started` (Engine::wake_watch) reads the engine's deep-wait
+    // flag after it; with no `started`, nothing here pairs with it, and the watchdog sees the
+    // kernel at its next look (within Engine::kDeepWait).
+    s.started_ns.store(budget.count() > 0 ? now_ns() : 0, started ? std::memory_order_seq_cst : std::memory_order_release);
     if (started && budget.count() > 0) started(started_arg);
 
     std::optional<Error> outcome;

@@ -48,18 +48,25 @@ public:
     [[nodiscard]] static bool on_leading_worker() noexcept;
     /// Jobs waiting for a worker now (a load figure: relaxed).
     [[nodiscard]] std::size_t queued() const noexcept { return queued_.load(std::memory_order_relaxed); }
-    /// No job queued and none running (a drain waits for this).
+    /// No job queued and none running (a drain waits for this; ask with the progress token held).
     [[nodiscard]] bool idle() const noexcept {
-        return queued_.load(std::memory_order_acquire) == 0 && running_.load(std::memory_order_acquire) == 0;
+        return queued_.load(std::memory_order_acquire) == 0 && running_.load(std::memory_order_acquire) == 0 &&
+               running_here_.load(std::memory_order_relaxed) == 0;
     }
     /// Counts a job the calling (leading) worker runs itself, outside the queue, as running.
+    /// Made and ended with the engine's progress token held (the leader's), so the count is a
+    /// plain load and store, no locked instruction, and idle() reads it under the token too.
     struct RunningHere {
-        explicit RunningHere(WorkerPool& pool) : pool_(pool) { pool_.running_.fetch_add(1, std::memory_order_acq_rel); }
-        ~RunningHere() { pool_.running_.fetch_sub(1, std::memory_order_acq_rel); }
+        explicit RunningHere(WorkerPool& pool) : pool_(pool) { bump(+1); }
+        ~RunningHere() { bump(-1); }
         RunningHere(const RunningHere&) = delete;
         RunningHere& operator=(const RunningHere&) = delete;
 
     private:
+        void bump(int by) noexcept {
+            auto& n = pool_.running_here_;
+            n.store(n.load(std::memory_order_relaxed) + static_cast<unsigned>(by), std::memory_order_relaxed);
+        }
         WorkerPool& pool_;
     };
 
@@ -72,6 +79,7 @@ private:
     std::deque<std::function<void()>> queue_;
     std::atomic<std::size_t> queued_{0};
     std::atomic<unsigned> running_{0};
+    std::atomic<unsigned> running_here_{0}; ///< RunningHere: written with the progress token held
     std::atomic<bool> stop_flag_{false};
     unsigned alive_ = 0;                ///< workers not yet returned from run() (under mutex_)
     std::condition_variable gone_cv_;   ///< a worker returned

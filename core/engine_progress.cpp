@@ -213,8 +213,10 @@ void Engine::wait_for_handoff(FunctionRef<bool()> done, Clock::time_point until)
 }
 
 void Engine::run_released(FunctionRef<void()> fn, bool hand_over) {
-    // guest_leading_ always describes whoever holds the token: not us while we run.
-    bool was_leading = guest_leading_.exchange(false, std::memory_order_relaxed);
+    // guest_leading_ always describes whoever holds the token: not us while we run. Only the
+    // token's holder writes it: a load and a store, no locked instruction.
+    bool was_leading = guest_leading_.load(std::memory_order_relaxed);
+    guest_leading_.store(false, std::memory_order_relaxed);
     // No wake-up of a deeply waiting engine thread: most kernels take microseconds, and waking
     // it costs the call more than the kernel. It looks at least every kDeepWait.
     guest_busy_.store(true, std::memory_order_seq_cst);
