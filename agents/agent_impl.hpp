@@ -133,6 +133,14 @@ struct Counters {
 #undef X
 };
 
+/// Adds to a counter that only the engine's progress token holder writes (runs, cache_hits,
+/// results: a call is dispatched and answered there): a load and a store, where fetch_add
+/// would be a locked instruction, one of the costs of a cached call. Readers on other threads
+/// read it relaxed as ever.
+inline void count_held(std::atomic<std::uint64_t>& counter, std::uint64_t n = 1) noexcept {
+    counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+}
+
 /// trust.cpp: the access mode, authorized keys, identity and signature table from the config;
 /// fails (naming the file, or the address) where the config is not safe to start with.
 Result<void> set_up_trust(Agent::Impl& impl);

@@ -9,6 +9,13 @@ namespace bitship::agent {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
 
+namespace {
+// A count only the progress token's holder adds to (on_answer, on_calls): a load and a store.
+void add_held(std::atomic<std::uint64_t>& count, std::uint64_t n) noexcept {
+    count.store(count.load(kRelaxed) + n, kRelaxed);
+}
+} // namespace
+
 void RunTimes::add(std::uint64_t ns, std::uint64_t n) noexcept {
     buckets_[bucket_of(ns)].fetch_add(n, kRelaxed);
     sum_.fetch_add(ns * n, kRelaxed);
@@ -186,12 +193,12 @@ void KernelStats::on_run(KernelSlot* k, std::uint64_t run_ns, const void* code, 
 void KernelStats::on_calls(KernelSlot* k, std::uint64_t conn, std::uint64_t calls, std::size_t bytes_in,
                            std::size_t bytes_out) noexcept {
     auto* c = client_of(conn);
-    k->calls.fetch_add(calls, kRelaxed);
-    c->calls.fetch_add(calls, kRelaxed);
-    k->bytes_in.fetch_add(bytes_in, kRelaxed);
-    c->bytes_in.fetch_add(bytes_in, kRelaxed);
-    k->bytes_out.fetch_add(bytes_out, kRelaxed);
-    c->bytes_out.fetch_add(bytes_out, kRelaxed);
+    add_held(k->calls, calls);
+    add_held(c->calls, calls);
+    add_held(k->bytes_in, bytes_in);
+    add_held(c->bytes_in, bytes_in);
+    add_held(k->bytes_out, bytes_out);
+    add_held(c->bytes_out, bytes_out);
 }
 
 void KernelStats::on_error(KernelSlot* k, std::uint64_t conn, Errc code) noexcept {
@@ -208,10 +215,10 @@ void KernelStats::on_answer(const CodeHash& hash, std::string_view entry, std::u
 
 void KernelStats::on_answer(KernelSlot* k, std::uint64_t conn, std::size_t bytes_in, const wire::Encoded& answer) noexcept {
     auto* c = client_of(conn);
-    k->calls.fetch_add(1, kRelaxed);
-    c->calls.fetch_add(1, kRelaxed);
-    k->bytes_in.fetch_add(bytes_in, kRelaxed);
-    c->bytes_in.fetch_add(bytes_in, kRelaxed);
+    add_held(k->calls, 1);
+    add_held(c->calls, 1);
+    add_held(k->bytes_in, bytes_in);
+    add_held(c->bytes_in, bytes_in);
     if (answer.header.type == wire::Type::error) {
         std::uint32_t code = static_cast<std::uint32_t>(Errc::internal);
         if (answer.payload.size() >= sizeof code) std::memcpy(&code, answer.payload.data(), sizeof code);
@@ -223,8 +230,8 @@ void KernelStats::on_answer(KernelSlot* k, std::uint64_t conn, std::size_t bytes
     std::uint64_t out = answer.payload.size();
     if ((answer.header.flags & wire::kFlagWindow) && answer.payload.size() == 2 * sizeof out)
         std::memcpy(&out, answer.payload.data() + sizeof out, sizeof out);
-    k->bytes_out.fetch_add(out, kRelaxed);
-    c->bytes_out.fetch_add(out, kRelaxed);
+    add_held(k->bytes_out, out);
+    add_held(c->bytes_out, out);
 }
 
 wire::KernelStatsReply KernelStats::snapshot() const {

@@ -83,6 +83,9 @@ public:
     /// How long this kernel's latest run took, in ns (0: it has not run yet).
     [[nodiscard]] static std::uint64_t last_run_ns(const KernelSlot* k) noexcept;
     /// The final answer of a call on connection `conn`: a RESULT (bytes out) or an ERROR (its code).
+    /// on_answer and on_calls are called with the engine's progress token held (where answers
+    /// are sent): their counts have one writer at a time and are added without locked
+    /// instructions. on_run and on_error may be called from any thread.
     void on_answer(const CodeHash& hash, std::string_view entry, std::uint64_t conn, std::size_t bytes_in,
                    const wire::Encoded& answer) noexcept;
     /// The same for a kernel whose slot() the caller holds.
