@@ -65,11 +65,12 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
                                                            config.limits.max_args)});
         return;
     }
-    if (r->run.hash == CodeHash{} && r->run.gpu) {
+    const bool native = r->run.hash == CodeHash{}; // (a library call to compare: once per call)
+    if (native && r->run.gpu) {
         answer_error(*r, Error{Errc::invalid_argument, "a GPU call needs shipped code (native kernels run on the CPU)"});
         return;
     }
-    if (r->run.hash == CodeHash{}) { // an operator's native kernel
+    if (native) { // an operator's native kernel
         auto it = natives.find(r->run.entry);
         if (it == natives.end()) {
             answer_error(*r, Error{Errc::entry_not_found, fmt::format("agent has no native kernel '{}'", r->run.entry)});
