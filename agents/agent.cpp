@@ -148,6 +148,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
                                    [box = impl->sandbox.get()] { return box->summary(); }};
     spdlog::info("xagent: sandbox: {}", impl->sandbox->summary());
     spdlog::info("xagent: cuda: {}", impl->control.cuda);
+    // Its rate is measured here (1 ms), not on the first call.
+    spdlog::debug("xagent: kernel runs timed by {}", CycleClock::uses_tsc() ? "the time-stamp counter" : "steady_clock");
     impl->pool->start();
     impl->engine->start();
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));

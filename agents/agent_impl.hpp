@@ -33,6 +33,7 @@
 #include "control.hpp"
 #include "gpu_process.hpp"
 #include "code_signatures.hpp"
+#include "cycle_clock.hpp"
 #include "kernel_guard.hpp"
 #include "kernel_stats.hpp"
 #include "load_gauge.hpp"

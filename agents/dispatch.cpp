@@ -214,7 +214,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         bs_ctx ctx;
         prepare_ctx(ctx, *r);
         std::optional<Error> stopped;
-        auto began = Clock::now();
+        const auto began = CycleClock::now();
         // No watchdog wake-up for a short kernel (it would cost more than the kernel runs): the
         // watchdog sees it within Engine::kDeepWait. A kernel whose last run was long wakes the
         // engine's thread to progress while it runs: without that, on TCP an emulated GET of this
@@ -226,7 +226,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
             LoadGauge::RunningLeader counted_load(load_gauge);
             engine->run_released([&] { stopped = run_sandboxed(what, ctx); }, long_kernel);
         }
-        record_run(counted, what, Clock::now() - began);
+        record_run(counted, what, std::chrono::nanoseconds(CycleClock::ns_since(began)));
         ctx.create_region = nullptr;
         finish_kernel(r, what.code, stopped, ctx);
         return;
@@ -234,13 +234,13 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
     bool queued = pool->submit([this, r, what = std::move(what)] {
         bs_ctx ctx;
         prepare_ctx(ctx, *r);
-        auto began = Clock::now();
+        const auto began = CycleClock::now();
         auto stopped = [&] {
             LoadGauge::Running counted_load(load_gauge);
             return run_sandboxed(what, ctx, &wake_watchdog, engine.get());
         }();
         r->stats = kernel_stats.slot(r->run.hash, r->run.entry);
-        record_run(r->stats, what, Clock::now() - began);
+        record_run(r->stats, what, std::chrono::nanoseconds(CycleClock::ns_since(began)));
         ctx.create_region = nullptr;
         engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {
             finish_kernel(r, code, stopped, ctx);
