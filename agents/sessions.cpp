@@ -96,6 +96,21 @@ void Agent::Impl::on_message(Incoming&& in) {
         reply_error(in.ep, conn, in.header.request_id, gate->refusal(conn));
         return;
     }
+    if (in.header.type == wire::Type::run) { // a call: decoded straight into its request
+        auto r = std::make_shared<RunRequest>();
+        if (auto ok = wire::decode_run(in.header, in.payload, r->run); !ok) {
+            counters.malformed_messages.fetch_add(1, std::memory_order_relaxed);
+            reply_error(in.ep, conn, in.header.request_id, ok.error());
+            return;
+        }
+        r->ep = in.ep;
+        r->conn = conn;
+        r->id = in.header.request_id;
+        r->payload = std::move(in.payload); // r->run's views: the buffer moves, it is not reallocated
+        r->hold = std::move(in.hold);
+        on_run(std::move(r));
+        return;
+    }
     auto msg = wire::decode(in.header, in.payload);
     if (!msg) {
         counters.malformed_messages.fetch_add(1, std::memory_order_relaxed);
@@ -175,17 +190,6 @@ void Agent::Impl::on_message(Incoming&& in) {
         const auto& m = (*w)->memory;
         wire::RegionInfo info{reinterpret_cast<std::uint64_t>(m.base), m.size, m.packed_rkey};
         reply(in.ep, conn, wire::encode_region_info(in.header.request_id, info));
-        return;
-    }
-    case wire::Type::run: {
-        auto r = std::make_shared<RunRequest>();
-        r->ep = in.ep;
-        r->conn = conn;
-        r->id = in.header.request_id;
-        r->run = std::get<wire::Run>(std::move(msg->body)); // spans into in.payload ...
-        r->payload = std::move(in.payload);                  // ... whose buffer moves, not reallocates
-        r->hold = std::move(in.hold);
-        on_run(std::move(r));
         return;
     }
     case wire::Type::need_code: // a peer agent asking over a connection it made to us: not ours

@@ -131,9 +131,9 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         break;
     }
     case Type::run: {
-        auto r = codec::decode_run(header, in);
-        if (!r) return tl::make_unexpected(r.error());
-        m.body = std::move(*r);
+        Run r;
+        if (auto ok = codec::decode_run(header, in, r); !ok) return tl::make_unexpected(ok.error());
+        m.body = std::move(r);
         break;
     }
     case Type::need_code: {
@@ -240,10 +240,15 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         return fail(Errc::unknown_message, fmt::format("unknown message type {} (this build knows 1..{})",
                                                        static_cast<unsigned>(t), static_cast<unsigned>(kLastType)));
     }
-    if (in.remaining() != 0)
-        return fail(Errc::malformed_message,
-                    fmt::format("{} message has {} unexpected trailing bytes", to_string(t), in.remaining()));
+    if (in.remaining() != 0) return trailing(t, in.remaining());
     return m;
+}
+
+Result<void> decode_run(const Header& header, std::span<const std::byte> payload, Run& out) {
+    ByteReader in(payload);
+    if (auto ok = codec::decode_run(header, in, out); !ok) return ok;
+    if (in.remaining() != 0) return trailing(Type::run, in.remaining());
+    return {};
 }
 
 Encoded encode_hello(std::string_view client) {

@@ -336,6 +336,9 @@ struct Message {
 
 /// Decodes a payload whose header already passed decode_header().
 Result<Message> decode(const Header& header, std::span<const std::byte> payload);
+/// What decode() does for a RUN, straight into `out` (value-initialized; its views point into
+/// `payload`), without the Message around it: the agent's path of every call.
+Result<void> decode_run(const Header& header, std::span<const std::byte> payload, Run& out);
 
 /// An encoded message: header and payload, kept alive until UCX is done sending them.
 struct Encoded {

@@ -31,6 +31,10 @@ inline tl::unexpected<Error> truncated(Type t, std::string_view field) {
     return fail(Errc::malformed_message, fmt::format("{} message: '{}' runs past the end of the payload", to_string(t), field));
 }
 
+inline tl::unexpected<Error> trailing(Type t, std::size_t bytes) {
+    return fail(Errc::malformed_message, fmt::format("{} message has {} unexpected trailing bytes", to_string(t), bytes));
+}
+
 // A list count checked against what the payload can hold at `min_size` bytes per element,
 // before anything is reserved for it.
 inline std::optional<std::uint32_t> count_of(ByteReader& in, std::size_t min_size) {
@@ -57,8 +61,8 @@ template <std::size_t N> void write_array(ByteWriter& w, const std::array<std::u
     w.raw(std::as_bytes(std::span(a)));
 }
 
-/// RUN's payload after its header (wire_run.cpp).
-Result<Run> decode_run(const Header& header, ByteReader& in);
+/// RUN's payload after its header, into `r` (value-initialized) (wire_run.cpp).
+Result<void> decode_run(const Header& header, ByteReader& in, Run& r);
 /// The operator's control replies (wire_control.cpp): STATS_REPLY, INFO_REPLY,
 /// KERNEL_STATS_REPLY, CACHE_LIST_REPLY, CACHE_EVICT, ACK.
 Result<Body> decode_control(Type t, ByteReader& in);

@@ -5,9 +5,8 @@
 namespace bitship::wire {
 using namespace codec;
 
-Result<Run> codec::decode_run(const Header& header, ByteReader& in) {
+Result<void> codec::decode_run(const Header& header, ByteReader& in, Run& r) {
     const auto t = Type::run;
-    Run r;
     if (header.flags & ~(kFlagWindow | kFlagGpu | kFlagEach))
         return fail(Errc::malformed_message, fmt::format("RUN message has unknown flags {:#06x}", header.flags));
     if ((header.flags & kFlagEach) && (header.flags & (kFlagWindow | kFlagGpu)))
@@ -94,7 +93,7 @@ Result<Run> codec::decode_run(const Header& header, ByteReader& in) {
     r.args = *args;
     r.code = *code;
     r.reply_to = *reply_to;
-    return r;
+    return {};
 }
 
 Encoded encode_run(std::uint64_t id, const Run& r) {

@@ -11,6 +11,14 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto h = wire::decode_header(bytes.first(sizeof(wire::Header)), payload.size());
     if (!h) return 0;
     auto m = wire::decode(*h, payload);
+    // The agent decodes a RUN with decode_run: it accepts and refuses exactly what decode() does.
+    if (h->type == wire::Type::run) {
+        wire::Run direct;
+        auto ok = wire::decode_run(*h, payload, direct);
+        if (ok.has_value() != m.has_value()) __builtin_trap();
+        if (ok && (direct.entry != std::get<wire::Run>(m->body).entry || direct.args.size() != std::get<wire::Run>(m->body).args.size()))
+            __builtin_trap();
+    }
     if (!m) return 0;
     // A BATCH's messages are decoded one by one, as the engine hands them on.
     if (h->type == wire::Type::batch) {

@@ -107,6 +107,42 @@ TEST_CASE("trailing bytes after a message are refused", "[unit]") {
     CHECK(m.error().code == Errc::malformed_message);
 }
 
+TEST_CASE("decode_run (the agent's path) gives the RUN decode() gives, and refuses what decode() refuses", "[unit]") {
+    auto e = sample_run();
+    wire::Run r;
+    REQUIRE(wire::decode_run(e.header, e.payload, r));
+    CHECK(r.entry == "add");
+    CHECK(r.hop_budget == 3);
+    CHECK(r.hash[31] == 7);
+    CHECK(r.args.size() == 16);
+    CHECK(r.args.data() >= e.payload.data()); // views into the payload
+    CHECK(r.hops == 1);
+    CHECK(r.self_index == 1);
+    CHECK(r.reply_to.size() == 14);
+    REQUIRE(r.peers.size() == 2);
+    CHECK(r.peers[1] == "127.0.0.1:7001");
+    // Every truncation, and a byte past the end, are refused as decode() refuses them.
+    for (std::size_t n = 0; n < e.payload.size(); ++n) {
+        wire::Header h = e.header;
+        h.payload_size = static_cast<std::uint32_t>(n);
+        auto cut = std::span(e.payload).first(n);
+        wire::Run part;
+        auto direct = wire::decode_run(h, cut, part);
+        auto whole = wire::decode(h, cut);
+        REQUIRE(direct.has_value() == whole.has_value());
+        if (!direct) CHECK(direct.error().message == whole.error().message);
+    }
+    e.payload.push_back(std::byte{0});
+    e.header.payload_size += 1;
+    wire::Run padded;
+    auto refused = wire::decode_run(e.header, e.payload, padded);
+    REQUIRE_FALSE(refused);
+    CHECK(refused.error().code == Errc::malformed_message);
+    auto also = wire::decode(e.header, e.payload);
+    REQUIRE_FALSE(also);
+    CHECK(refused.error().message == also.error().message);
+}
+
 TEST_CASE("a header whose declared size differs from what arrived is refused", "[unit]") {
     auto e = sample_run();
     auto h = wire::decode_header(header_bytes(e.header), e.payload.size() - 1);
