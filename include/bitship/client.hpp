@@ -131,7 +131,7 @@ struct ShipOptions {
 struct AgentLoad {
     std::uint16_t queued = 0;  ///< runs (and compiles) waiting for a worker when the agent replied; saturates at 65535
     std::uint16_t busy = 0;    ///< workers running kernels then (the answered call's own kernel has finished)
-    std::chrono::steady_clock::time_point at{}; ///< when that reply arrived; {} before any
+    std::chrono::steady_clock::time_point at{}; ///< when that reply arrived (to a few ms: the coarse clock); {} before any
 };
 
 /// A memory region of an agent, readable and writable with one-sided RDMA.

@@ -125,7 +125,7 @@ TEST_CASE("a busy agent reports its running kernel and its queue in the replies 
     auto busy = client.load(*target);
     CHECK(busy.busy == 1);
     CHECK(busy.queued >= 1);
-    CHECK(busy.at > idle.at);
+    CHECK(busy.at >= idle.at); // (stamped by the coarse clock: replies within a tick share a time)
 
     // 4. Released: both calls answer, and the agent is idle again.
     write_word(client, *gate, 1, 1);
@@ -136,7 +136,7 @@ TEST_CASE("a busy agent reports its running kernel and its queue in the replies 
     auto after = client.load(*target);
     CHECK(after.queued == 0);
     CHECK(after.busy == 0);
-    CHECK(after.at > busy.at);
+    CHECK(after.at >= busy.at);
 }
 
 TEST_CASE("a kernel whose last run was long has the engine's thread progress from its start, "
