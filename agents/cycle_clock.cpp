@@ -25,11 +25,12 @@ struct Pair {
     std::uint64_t ticks;
 };
 constexpr auto kPaired = std::chrono::microseconds(2);
+constexpr int kPairTries = 1000;
 constexpr auto kCalibration = std::chrono::milliseconds(1);
 
 Pair paired() {
     Pair p{steady::now(), __rdtsc()};
-    for (int tries = 0; tries < 1000; ++tries) {
+    for (int tries = 0; tries < kPairTries; ++tries) {
         const auto before = steady::now();
         const auto ticks = __rdtsc();
         const auto after = steady::now();
@@ -43,14 +44,16 @@ Pair paired() {
 Rate measure() {
 #if defined(__x86_64__)
     unsigned a = 0, b = 0, c = 0, d = 0;
-    constexpr unsigned kInvariantTsc = 1u << 8; // CPUID 0x80000007, EDX
-    if (__get_cpuid(0x80000007, &a, &b, &c, &d) != 0 && (d & kInvariantTsc) != 0) {
+    constexpr unsigned kPowerManagementLeaf = 0x80000007; // "advanced power management": EDX bit 8
+    constexpr unsigned kInvariantTsc = 1u << 8;
+    if (__get_cpuid(kPowerManagementLeaf, &a, &b, &c, &d) != 0 && (d & kInvariantTsc) != 0) {
         const auto start = paired();
         while (steady::now() - start.time < kCalibration) {
         }
         const auto end = paired();
         const double ns = std::chrono::duration<double, std::nano>(end.time - start.time).count();
-        if (end.ticks > start.ticks && ns > 0) return Rate{true, ns / static_cast<double>(end.ticks - start.ticks)};
+        if (end.ticks > start.ticks && ns > 0)
+            return Rate{true, ns / static_cast<double>(end.ticks - start.ticks)};
     }
 #endif
     return Rate{};
@@ -67,7 +70,9 @@ std::uint64_t CycleClock::now() noexcept {
 #if defined(__x86_64__)
     if (rate().tsc) return __rdtsc();
 #endif
-    return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch()).count());
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch())
+            .count());
 }
 
 std::uint64_t CycleClock::ns_since(std::uint64_t began) noexcept {
@@ -78,6 +83,8 @@ std::uint64_t CycleClock::ns_since(std::uint64_t began) noexcept {
     return static_cast<std::uint64_t>(static_cast<double>(end - began) * r.ns_per_tick);
 }
 
-bool CycleClock::uses_tsc() noexcept { return rate().tsc; }
+bool CycleClock::uses_tsc() noexcept {
+    return rate().tsc;
+}
 
 } // namespace bitship::agent

@@ -40,7 +40,8 @@ public:
 
     private:
         void bump(int by) noexcept {
-            g_.leader_.store(g_.leader_.load(std::memory_order_relaxed) + static_cast<unsigned>(by), std::memory_order_relaxed);
+            g_.leader_.store(g_.leader_.load(std::memory_order_relaxed) + static_cast<unsigned>(by),
+                             std::memory_order_relaxed);
         }
         LoadGauge& g_;
     };
@@ -50,8 +51,8 @@ public:
     /// not counted.
     void stamp(wire::Encoded& m, std::size_t queued) const noexcept {
         if (m.header.type != wire::Type::result && m.header.type != wire::Type::error) return;
-        m.header.reserved = pack_agent_load(
-            queued, running_.load(std::memory_order_relaxed) + leader_.load(std::memory_order_relaxed));
+        m.header.reserved = pack_agent_load(queued, running_.load(std::memory_order_relaxed) +
+                                                        leader_.load(std::memory_order_relaxed));
     }
 
 private:
