@@ -265,14 +265,22 @@ TEST_CASE("a forward the next agent refuses as busy fails the call with busy, na
     auto a = connect(client, first);
     auto b = connect(client, second);
     REQUIRE(client.ship(behaviour_kernels::busy_count, b, std::uint64_t{1}).get());
-    auto blocker =
-        client.ship(behaviour_kernels::busy_count, b, 5 * kBlockerSteps); // holds the worker
     struct HopArgs {
         std::uint32_t to, pad;
         std::uint64_t value;
     };
     ShipOptions to_second;
     to_second.peers = {a, b};
+    // One forward first, so that the hop's code is compiled on both agents and the first's
+    // connection to the second is open: the race below then has no compile or connect in it
+    // (under ASan, those once outlasted the blocker and both forwards were taken).
+    auto warm = client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 3}).get();
+    INFO((warm ? std::string() : warm.error().describe()));
+    REQUIRE(warm);
+    CHECK(value_of(*warm) == 31);
+    auto blocker =
+        client.ship(behaviour_kernels::busy_count, b, 5 * kBlockerSteps); // holds the worker
+    std::this_thread::sleep_for(50ms); // the blocker is running at the second when the hops come
     // Both forwards go over the first agent's one connection to the second: the first is
     // held there behind the blocker, the second refused (its hop at the first agent ran).
     auto held = client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 4});
