@@ -32,6 +32,7 @@
 #include "bulk_windows.hpp"
 #include "control.hpp"
 #include "gpu_process.hpp"
+#include "held_count.hpp"
 #include "code_signatures.hpp"
 #include "cycle_clock.hpp"
 #include "kernel_guard.hpp"
@@ -133,14 +134,6 @@ struct Counters {
     BITSHIP_AGENT_COUNTERS(X)
 #undef X
 };
-
-/// Adds to a counter that only the engine's progress token holder writes (runs, cache_hits,
-/// results: a call is dispatched and answered there): a load and a store, where fetch_add
-/// would be a locked instruction, one of the costs of a cached call. Readers on other threads
-/// read it relaxed as ever.
-inline void count_held(std::atomic<std::uint64_t>& counter, std::uint64_t n = 1) noexcept {
-    counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-}
 
 /// trust.cpp: the access mode, authorized keys, identity and signature table from the config;
 /// fails (naming the file, or the address) where the config is not safe to start with.

@@ -135,7 +135,7 @@ void Agent::Impl::finish_group(const RunRequest& r, const Runnable& what, Kernel
                         what.code ? static_cast<std::uint64_t>(what.code->stats().total_ms() * 1e6) : 0, count);
     // Bytes in: the calls' own arguments (not the padding between them); out: the answers.
     kernel_stats.on_calls(stats, r.conn, count, std::size_t{count} * r.run.each->size, done.answers.size());
-    count_held(counters.results, count - done.failures);
+    add_held(counters.results, count - done.failures);
     counters.errors.fetch_add(done.failures, std::memory_order_relaxed);
     if (done.first_failure) log_failure(r.conn, r.id, *done.first_failure);
     reply(r.ep, r.conn, wire::encode_result(r.id, std::move(done.answers)));

@@ -47,7 +47,7 @@ void Agent::Impl::answer_result(const RunRequest& r, std::vector<std::byte>&& re
 }
 
 void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
-    count_held(counters.runs);
+    add_held(counters.runs);
     if (draining.load(std::memory_order_relaxed)) {
         answer_error(*r, Error{Errc::shutting_down, "agent is draining: it takes no new calls"});
         return;
@@ -87,7 +87,7 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
     }
     if (!r->run.code.empty()) siblings.remember(r->run.hash, r->run.code);
     if (auto code = jit->find(r->run.hash)) {
-        count_held(counters.cache_hits);
+        add_held(counters.cache_hits);
         run_compiled(std::move(r), std::move(code));
         return;
     }
@@ -274,7 +274,7 @@ void Agent::Impl::finish_kernel(const std::shared_ptr<RunRequest>& r, const std:
                      ctx.fail_code);
         return;
     }
-    count_held(counters.results);
+    add_held(counters.results);
     answer_result(*r, std::move(ctx.reply));
 }
 } // namespace bitship::agent

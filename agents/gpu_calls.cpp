@@ -102,7 +102,7 @@ void Agent::Impl::on_gpu_run(std::shared_ptr<RunRequest> r) {
     }
     auto& gpu = *gpus[launch.device];
     if (gpu.has_module(r->run.hash)) {
-        count_held(counters.cache_hits);
+        add_held(counters.cache_hits);
         launch_gpu(std::move(r));
         return;
     }
@@ -189,7 +189,7 @@ void Agent::Impl::launch_gpu(std::shared_ptr<RunRequest> r) {
                 answer_error(*r, Error{out.error().code, fmt::format("GPU kernel '{}': {}", r->run.entry, out.error().message)});
                 return;
             }
-            count_held(counters.results);
+            add_held(counters.results);
             answer_result(*r, std::move(*out));
         });
     });

@@ -1,5 +1,7 @@
 #include "kernel_stats.hpp"
 
+#include "held_count.hpp"
+
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -8,13 +10,6 @@
 namespace bitship::agent {
 
 constexpr auto kRelaxed = std::memory_order_relaxed;
-
-namespace {
-// A count only the progress token's holder adds to (on_answer, on_calls): a load and a store.
-void add_held(std::atomic<std::uint64_t>& count, std::uint64_t n) noexcept {
-    count.store(count.load(kRelaxed) + n, kRelaxed);
-}
-} // namespace
 
 void RunTimes::add(std::uint64_t ns, std::uint64_t n) noexcept {
     buckets_[bucket_of(ns)].fetch_add(n, kRelaxed);

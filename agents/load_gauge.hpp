@@ -7,6 +7,7 @@
 
 #include "core/agent_load.hpp"
 #include "core/wire.hpp"
+#include "held_count.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -39,10 +40,7 @@ public:
         RunningLeader& operator=(const RunningLeader&) = delete;
 
     private:
-        void bump(int by) noexcept {
-            g_.leader_.store(g_.leader_.load(std::memory_order_relaxed) + static_cast<unsigned>(by),
-                             std::memory_order_relaxed);
-        }
+        void bump(int by) noexcept { add_held(g_.leader_, static_cast<unsigned>(by)); }
         LoadGauge& g_;
     };
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/engine.hpp"
+#include "held_count.hpp"
 
 namespace bitship::agent {
 
@@ -63,10 +64,7 @@ public:
         RunningHere& operator=(const RunningHere&) = delete;
 
     private:
-        void bump(int by) noexcept {
-            auto& n = pool_.running_here_;
-            n.store(n.load(std::memory_order_relaxed) + static_cast<unsigned>(by), std::memory_order_relaxed);
-        }
+        void bump(int by) noexcept { add_held(pool_.running_here_, static_cast<unsigned>(by)); }
         WorkerPool& pool_;
     };
 

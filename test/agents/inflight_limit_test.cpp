@@ -148,8 +148,10 @@ TEST_CASE("a connection flooding large calls cannot grow the agent past its in-f
           "[integration]") {
     // 400 calls of 512 KiB (200 MiB) sent while the agent's one worker is busy: without the
     // limit the agent receives and queues them all; with 16 MiB it holds at most that.
+    // The blocker's time: the whole flood (200 MiB over TCP) must be sent within it; 2 s was
+    // once too short under ASan with three tests at once on two cores.
     AgentProcess agent("tcp", {"--workers", "1", "--max-inflight-mib", "16", "--kernel-timeout-ms",
-                               blocker_ms(2000)});
+                               blocker_ms(3000)});
     auto client = client_seeing_busy("tcp");
     auto target = connect(client, agent);
     Bytes args(512 << 10, std::byte{1}); // busy_count takes any other length as 0 steps
