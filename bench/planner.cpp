@@ -278,7 +278,8 @@ int main(int argc, char** argv) {
         std::optional<double> measured;
     };
     std::vector<Crossover> crossovers;
-    std::vector<double> choose_ns;
+    std::vector<double> choose_ns, choose_after_ns; // choose()'s cost before and after each op's grid
+    static constexpr int kChooses = 200'000;
 
     try {
         for (const auto& tl : cfg.transports) {
@@ -323,16 +324,18 @@ int main(int argc, char** argv) {
                     bounds.max_size = std::min(bounds.max_size, o.max_size());
                     if (auto a = planner->add(o, bounds); !a) throw std::runtime_error(a.error().describe());
                     const auto* entry = planner->entry(o);
-                    {
-                        // The run-time choice alone, over the whole range: a batch timed at once.
-                        constexpr int kChooses = 200'000;
+                    // The run-time choice alone, over the whole range: a batch timed at once. Before
+                    // the op's grid, and after it, when the planner has a record of the owner (its
+                    // load and lateness are read on every choice then).
+                    auto time_choose = [&, bounds] {
                         unsigned sink = 0;
                         const auto t0 = Clock::now();
                         for (int i = 0; i < kChooses; ++i)
                             sink += static_cast<unsigned>(planner->choose(o, bounds.min_size + (std::uint64_t(i) * 7919) % bounds.max_size));
-                        choose_ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kChooses);
                         if (sink == ~0u) fmt::print(" ");
-                    }
+                        return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kChooses;
+                    };
+                    choose_ns.push_back(time_choose());
                     for (const auto& code : cfg.codes) {
                         const bool cold = code == "cold";
                         const auto& bp = cold ? entry->cold : entry->cached;
@@ -440,6 +443,7 @@ int main(int argc, char** argv) {
                                 points.push_back(std::move(p));
                             }
                         }
+                    choose_after_ns.push_back(time_choose());
                     }
                 }
             }
@@ -523,11 +527,14 @@ int main(int argc, char** argv) {
             fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, not seen once in the measured grid\n", c.op, c.transport,
                        c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted);
     }
-    if (!choose_ns.empty()) {
-        std::sort(choose_ns.begin(), choose_ns.end());
-        fmt::print("choose(): {:.1f} ns a call (median of {} batches of 200,000; worst batch {:.1f} ns; target ≤ 100 ns)\n",
-                   choose_ns[choose_ns.size() / 2], choose_ns.size(), choose_ns.back());
-    }
+    auto print_choose = [](std::vector<double>& ns, const char* when) {
+        if (ns.empty()) return;
+        std::sort(ns.begin(), ns.end());
+        fmt::print("choose(): {:.1f} ns a call {} (median of {} batches of {}; worst batch {:.1f} ns; target ≤ 100 ns)\n",
+                   ns[ns.size() / 2], when, ns.size(), kChooses, ns.back());
+    };
+    print_choose(choose_ns, "before an op's runs");
+    print_choose(choose_after_ns, "after them (the owner's load and lateness read)");
     fmt::print("wrote {}\n", cfg.csv);
     if (!cfg.png_prefix.empty()) {
         for (const auto& op : cfg.ops) {

@@ -12,6 +12,8 @@
 
 #include <bitship/bundle.hpp>
 
+#include "core/coarse_clock.hpp"
+
 namespace bitship::xrdma {
 namespace {
 
@@ -33,6 +35,14 @@ constexpr int kProbes = 4;
 /// push the next calls back for the whole load_fresh window).
 constexpr std::size_t kLateRuns = 3;
 constexpr std::size_t kLateKept = kLateRuns;
+
+/// What choose() and plan() read the owner's load and lateness against: the coarse clock, 4 ns
+/// where steady_clock::now() takes 27 ns on the reference VM (choose() is the planner's whole
+/// run-time cost). Both are CLOCK_MONOTONIC; the coarse one reads at most a tick (4 ms) early,
+/// so a load (stamped by the same clock) or a lateness window (100 ms) lasts up to a tick longer.
+Clock::time_point coarse_now() noexcept {
+    return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(coarse_now_ns())));
+}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -191,11 +201,12 @@ struct Planner::Impl {
         rec.late_until = times[kLateRuns - 1] + options.load_fresh;
     }
     [[nodiscard]] double queue_wait_ns() const {
-        const auto now = Clock::now();
+        if (owner_record == nullptr) return 0; // nothing learnt of the owner yet
+        const auto now = coarse_now();
         return queue_wait_ns(calls_ahead(now), now);
     }
     /// While the owner's runs are late (a queue): how late its GETs are too, else 1.
-    [[nodiscard]] double get_late_factor(Clock::time_point now = Clock::now()) const {
+    [[nodiscard]] double get_late_factor(Clock::time_point now = coarse_now()) const {
         if (owner_record == nullptr) return 1;
         const auto& rec = *owner_record;
         return rec.late_ns > 0 && now < rec.late_until ? rec.get_late : 1;
