@@ -443,8 +443,8 @@ int main(int argc, char** argv) {
                                 points.push_back(std::move(p));
                             }
                         }
-                    choose_after_ns.push_back(time_choose());
                     }
+                    choose_after_ns.push_back(time_choose());
                 }
             }
         }

@@ -159,8 +159,6 @@ struct Planner::Impl {
         if (owner_record == nullptr) return 0;
         const auto& rec = *owner_record;
         double reported = 0;
-        // Only with calls ahead: the median sorts up to RunningFigure::kWindow samples, which
-        // choose() would pay on every call once the owner has been busy (100+ ns).
         if (ahead > 0 && rec.excess_ns.count() > 0) reported = static_cast<double>(ahead) * std::max(rec.excess_ns.p50(), 0.0);
         const double late = rec.late_ns > 0 && now < rec.late_until ? rec.late_ns : 0;
         return std::max(reported, late);

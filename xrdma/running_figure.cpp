@@ -12,6 +12,7 @@ void RunningFigure::add(double sample) noexcept {
     mean_ = count_ == 0 ? sample : mean_ + weight_ * (sample - mean_);
     window_[count_ % kWindow] = sample;
     ++count_;
+    p50_ = percentile(0.50);
 }
 
 double RunningFigure::percentile(double q) const {

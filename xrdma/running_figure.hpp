@@ -23,13 +23,14 @@ public:
     /// `weight`: how much each new sample moves the mean, in (0, 1].
     explicit RunningFigure(double weight = kDefaultWeight) noexcept;
 
-    /// Adds one sample (the first one sets the mean).
+    /// Adds one sample (the first one sets the mean); sorts the window once for p50().
     void add(double sample) noexcept;
     /// The exponentially weighted mean; 0 before any sample.
     [[nodiscard]] double mean() const noexcept { return mean_; }
     /// The median of the last kWindow samples (linear interpolation between the two middle
-    /// ones for an even count); 0 before any sample.
-    [[nodiscard]] double p50() const { return percentile(0.50); }
+    /// ones for an even count); 0 before any sample. Worked out by add(), so reading it is a
+    /// load: the planner's choose() reads it on every call while the owner is loaded.
+    [[nodiscard]] double p50() const noexcept { return p50_; }
     /// The 95th percentile of the last kWindow samples, interpolated the same way.
     [[nodiscard]] double p95() const { return percentile(0.95); }
     /// Samples added in all (not only those in the window).
@@ -42,6 +43,7 @@ private:
     double mean_ = 0;
     std::size_t count_ = 0;
     std::array<double, kWindow> window_{};
+    double p50_ = 0;
 };
 
 } // namespace bitship::xrdma
