@@ -29,6 +29,13 @@ bool Agent::Impl::begin_drain() {
             }
             std::this_thread::sleep_for(kDrainPoll);
         }
+        // A send is done when the last of it left this process, not when the client has it: over
+        // shared memory a large answer's last fragments may still wait in the client's FIFO, and
+        // a client that sees this process gone first fails the answer as a reset (CI saw it
+        // once in a few dozen runs, a group's 100 KB answer under ASan on two cores). A short
+        // linger lets a client that is progressing at all take it.
+        constexpr auto kLinger = std::chrono::milliseconds(100);
+        for (auto end = Clock::now() + kLinger; !stopped.load() && Clock::now() < end;) std::this_thread::sleep_for(kDrainPoll);
         if (stopped.load()) return;
         spdlog::info("drained: every call in flight is answered");
         if (config.on_drained) config.on_drained();

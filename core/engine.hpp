@@ -31,6 +31,7 @@
 #include "core_sharing.hpp"
 #include "function_ref.hpp"
 #include "inflight_ledger.hpp"
+#include "progress_token.hpp"
 #include "wire.hpp"
 
 namespace bitship {
@@ -280,7 +281,7 @@ private:
     bool iterate();
     /// Sleeps on the event fd. With `release_token` (the engine's own thread) the token is let
     /// go while asleep; returns whether it was taken back.
-    bool sleep_until_event(std::unique_lock<std::mutex>& token, bool release_token, int timeout_ms);
+    bool sleep_until_event(std::unique_lock<ProgressToken>& token, bool release_token, int timeout_ms);
     [[nodiscard]] int sleep_timeout_ms(bool engine_thread) const;
     /// Yields the core to any other runnable thread there; a thread that keeps finding one
     /// moves to another core (CoreSharing). `now`: the clock just before. Token held.
@@ -288,9 +289,9 @@ private:
     /// Whether a poller idle for `idle` (by the last clock read) sleeps now: always in block
     /// mode, in spin-then-block once its spin window is over.
     [[nodiscard]] bool should_sleep(Clock::duration idle) const;
-    void lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done, Clock::time_point until,
+    void lead_locked(std::unique_lock<ProgressToken>& token, FunctionRef<bool()> done, Clock::time_point until,
                      Clock::time_point now);
-    bool acquire_as_guest(std::unique_lock<std::mutex>& token);
+    bool acquire_as_guest(std::unique_lock<ProgressToken>& token);
     void leader_left();
     void watch(Clock::time_point now);
     ucp_ep_h make_ep(ucp_ep_params_t& params, Result<ucp_ep_h>& out);
@@ -321,7 +322,7 @@ private:
     std::atomic<bool> stopping_{false};
     // The progress token: whoever holds it may touch the worker and the queues below. The
     // engine's thread holds it unless a guest (lead_until) asked for it.
-    std::mutex token_;
+    ProgressToken token_;
     std::atomic<int> guests_{0};
     std::mutex guest_mutex_;
     std::condition_variable guest_cv_;

@@ -19,7 +19,7 @@ int Engine::sleep_timeout_ms(bool engine_thread) const {
     return timeout_ms;
 }
 
-bool Engine::sleep_until_event(std::unique_lock<std::mutex>& token, bool release_token, int timeout_ms) {
+bool Engine::sleep_until_event(std::unique_lock<ProgressToken>& token, bool release_token, int timeout_ms) {
     // Counted, not flagged: the engine's thread (without the token) and a leading guest may
     // sleep at once, and one waking must not hide the other from post().
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -113,7 +113,7 @@ bool Engine::should_sleep(Clock::duration idle) const {
     return options_.mode == ProgressMode::block || (options_.mode == ProgressMode::spin_then_block && idle >= options_.spin);
 }
 
-void Engine::lead_locked(std::unique_lock<std::mutex>& token, FunctionRef<bool()> done, Clock::time_point until,
+void Engine::lead_locked(std::unique_lock<ProgressToken>& token, FunctionRef<bool()> done, Clock::time_point until,
                          Clock::time_point now) {
     guest_leading_.store(true, std::memory_order_relaxed);
     last_event_ = now_ = now;
@@ -148,7 +148,7 @@ void Engine::lead_until(FunctionRef<bool()> done) {
     guests_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-bool Engine::acquire_as_guest(std::unique_lock<std::mutex>& token) {
+bool Engine::acquire_as_guest(std::unique_lock<ProgressToken>& token) {
     // Called with guests_ already counting us. The engine's own thread lets go within one
     // pass once it sees a guest (and never sleeps holding the token); another guest leading
     // holds it until its own result is in, so we do not wait for it.
