@@ -14,9 +14,9 @@ namespace bitship::agent {
 
 /// Adds `n` to `count`; call it only with the progress token held (wraps like fetch_add).
 /// Builds with assertions (the ASan one) check that the calling thread holds one.
-template <class T>
-void add_held(std::atomic<T>& count, std::type_identity_t<T> n = 1) noexcept {
-    assert(ProgressToken::held_here() && "a count only the progress token's holder writes, written without it");
+template <class T> void add_held(std::atomic<T>& count, std::type_identity_t<T> n = 1) noexcept {
+    assert(ProgressToken::held_here() &&
+           "a count only the progress token's holder writes, written without it");
     count.store(count.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 

@@ -27,10 +27,14 @@ public:
 
 #ifndef NDEBUG
     /// Whether the calling thread holds a progress token (any engine's).
-    [[nodiscard]] static bool held_here() noexcept { return held_ > 0; }
+    [[nodiscard]] static bool held_here() noexcept {
+        return held_ > 0;
+    }
 
 private:
-    static void note(int by) noexcept { held_ += by; }
+    static void note(int by) noexcept {
+        held_ += by;
+    }
     static inline thread_local int held_ = 0;
 #else
 private:
