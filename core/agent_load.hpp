@@ -57,10 +57,7 @@ public:
     /// on every reply), so a load reads a little older than it is, never newer.
     void on_reply(std::uint64_t target, const wire::Header& h) noexcept {
         if (h.type == wire::Type::result || h.type == wire::Type::error)
-            record(target, h.reserved,
-                   std::chrono::steady_clock::time_point(
-                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                           std::chrono::nanoseconds(coarse_now_ns()))));
+            record(target, h.reserved, coarse_steady_now());
     }
     [[nodiscard]] AgentLoad load(std::uint64_t target) const noexcept;
 

@@ -16,6 +16,14 @@ namespace bitship {
     return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
+/// The coarse clock as a steady_clock time point (both are CLOCK_MONOTONIC): at most one tick
+/// earlier than steady_clock::now(), never later. For times compared at a few ms' grain (an
+/// agent's reported load, the planner's lateness window).
+[[nodiscard]] inline std::chrono::steady_clock::time_point coarse_steady_now() noexcept {
+    using namespace std::chrono;
+    return steady_clock::time_point(duration_cast<steady_clock::duration>(nanoseconds(coarse_now_ns())));
+}
+
 /// The clock a call's deadline starts from: the coarse clock as a steady_clock time point,
 /// moved on by two ticks, so it is never earlier than steady_clock::now() and at most two ticks
 /// (8 ms here) later. Deadlines are checked every Engine::kTick (20 ms), far coarser.
@@ -26,7 +34,7 @@ namespace bitship {
         clock_getres(CLOCK_MONOTONIC_COARSE, &res);
         return 2 * (seconds(res.tv_sec) + nanoseconds(res.tv_nsec));
     }();
-    return steady_clock::time_point(duration_cast<steady_clock::duration>(nanoseconds(coarse_now_ns()) + two_ticks));
+    return coarse_steady_now() + duration_cast<steady_clock::duration>(two_ticks);
 }
 
 } // namespace bitship

@@ -36,14 +36,6 @@ constexpr int kProbes = 4;
 constexpr std::size_t kLateRuns = 3;
 constexpr std::size_t kLateKept = kLateRuns;
 
-/// What choose() and plan() read the owner's load and lateness against: the coarse clock, 4 ns
-/// where steady_clock::now() takes 27 ns on the reference VM (choose() is the planner's whole
-/// run-time cost). Both are CLOCK_MONOTONIC; the coarse one reads at most a tick (4 ms) early,
-/// so a load (stamped by the same clock) or a lateness window (100 ms) lasts up to a tick longer.
-Clock::time_point coarse_now() noexcept {
-    return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::nanoseconds(coarse_now_ns())));
-}
-
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0 : v[v.size() / 2];
@@ -200,11 +192,14 @@ struct Planner::Impl {
     }
     [[nodiscard]] double queue_wait_ns() const {
         if (owner_record == nullptr) return 0; // nothing learnt of the owner yet
-        const auto now = coarse_now();
+        // The coarse clock (4 ns where steady_clock takes 27 on the reference VM; choose() is the
+        // planner's whole run-time cost): a load, stamped by it too, or a lateness window (100 ms)
+        // lasts up to a tick (4 ms) longer.
+        const auto now = coarse_steady_now();
         return queue_wait_ns(calls_ahead(now), now);
     }
     /// While the owner's runs are late (a queue): how late its GETs are too, else 1.
-    [[nodiscard]] double get_late_factor(Clock::time_point now = coarse_now()) const {
+    [[nodiscard]] double get_late_factor(Clock::time_point now = coarse_steady_now()) const {
         if (owner_record == nullptr) return 1;
         const auto& rec = *owner_record;
         return rec.late_ns > 0 && now < rec.late_until ? rec.get_late : 1;
