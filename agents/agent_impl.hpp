@@ -19,6 +19,7 @@
 #include <deque>
 #include <future>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 #include <thread>
@@ -301,6 +302,21 @@ struct Agent::Impl {
                                        void* started_arg = nullptr);
     void finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,
                        const std::optional<Error>& stopped, bs_ctx& ctx);
+    // Kernels a pool worker ran, waiting for whoever progresses to answer them. A worker that
+    // finds the list empty posts one answer_finished(), which answers every kernel done by then
+    // under one Engine::Cork: when the engine's thread, not a leading worker, took a Batch's
+    // calls (it progressed while a kernel ran long), their answers still travel together.
+    struct FinishedKernel {
+        std::shared_ptr<RunRequest> r;
+        std::shared_ptr<const jit::CompiledCode> code;
+        std::optional<Error> stopped;
+        bs_ctx ctx;
+    };
+    std::mutex finished_mutex;
+    std::vector<FinishedKernel> finished;       ///< under finished_mutex
+    std::vector<FinishedKernel> finished_spare; ///< whoever progresses: storage for the next list
+    void queue_finished(FinishedKernel&& done); ///< a pool worker
+    void answer_finished();                     ///< whoever progresses
 
     // call_groups.cpp
     // A RUN for a group of calls (wire::Each, Client::ship_each): every call run where

@@ -242,11 +242,35 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         r->stats = kernel_stats.slot(r->run.hash, r->run.entry);
         record_run(r->stats, what, std::chrono::nanoseconds(CycleClock::ns_since(began)));
         ctx.create_region = nullptr;
-        engine->post([this, r, code = what.code, stopped = std::move(stopped), ctx = std::move(ctx)]() mutable {
-            finish_kernel(r, code, stopped, ctx);
-        });
+        queue_finished(FinishedKernel{std::move(r), what.code, std::move(stopped), std::move(ctx)});
     });
     if (!queued) answer_error(*r, Error{Errc::shutting_down, "agent is shutting down"});
+}
+
+void Agent::Impl::queue_finished(FinishedKernel&& done) {
+    bool first;
+    {
+        std::lock_guard lock(finished_mutex);
+        first = finished.empty();
+        finished.push_back(std::move(done));
+    }
+    if (first) engine->post([this] { answer_finished(); });
+}
+
+void Agent::Impl::answer_finished() {
+    // Taken out whole (a nested drain finds the spare empty and is right); the storage comes
+    // back, so a steady stream of pool-run kernels allocates no list.
+    auto done = std::move(finished_spare);
+    {
+        std::lock_guard lock(finished_mutex);
+        finished.swap(done);
+    }
+    {
+        Engine::Cork answers_together(*engine);
+        for (auto& f : done) finish_kernel(f.r, f.code, f.stopped, f.ctx);
+    }
+    done.clear();
+    finished_spare = std::move(done);
 }
 
 void Agent::Impl::finish_kernel(const std::shared_ptr<RunRequest>& r, const std::shared_ptr<const jit::CompiledCode>& code,
