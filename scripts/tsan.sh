@@ -2,7 +2,7 @@
 # The concurrency tests under ThreadSanitizer (clang-19, preset tsan): every JIT test (tier swaps
 # under concurrent calls, concurrent first compiles, eviction), and the agent tests where
 # threads meet: several callers waiting and leading progress in turn, a long kernel handing
-# progress to the engine's thread, concurrent first calls to one bundle, eviction under calls;
+# progress to the engine's thread (and the pool's workers' answers gathered for it), concurrent first calls to one bundle, eviction under calls;
 # and the in-flight ledger's holds, let go on many threads.
 # Their xagent and bitship-compiler processes are built the same way; every process writes its
 # reports under one directory, and any report fails this script (UCX and LLVM are not
@@ -30,7 +30,8 @@ for t in "4 client threads x 1000 ships*" \
          "a kernel whose last run was long has the engine's thread progress from its start*" \
          "first calls to three kernels of one bundle*" \
          "an agent with --cache-mib serves many distinct kernels*" \
-         "a connection past its in-flight call limit*"; do
+         "a connection past its in-flight call limit*" \
+         "a Batch the engine's thread took while the worker ran a long kernel*"; do
     build-tsan/test/agents/agents_test --warn NoTests "$t" || status=1
 done
 
