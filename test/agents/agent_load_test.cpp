@@ -2,6 +2,7 @@
 // the client keeps the latest figure per target (Client::load).
 
 #include "core/agent_load.hpp"
+#include "gate.hpp"
 #include "launcher.hpp"
 #include "test_support.hpp"
 
@@ -18,22 +19,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr auto kWaitLimit = 20s; // a missing step fails the test after this, never hangs it
-
-std::uint64_t read_word(Client& client, const RemoteRegion& gate, std::uint64_t index) {
-    auto bytes = client.get(gate, index * sizeof(std::uint64_t), sizeof(std::uint64_t)).get();
-    REQUIRE(bytes);
-    std::uint64_t v = 0;
-    std::memcpy(&v, bytes->data(), sizeof v);
-    return v;
-}
-
-void write_word(Client& client, const RemoteRegion& gate, std::uint64_t index,
-                std::uint64_t value) {
-    Bytes data(sizeof value);
-    std::memcpy(data.data(), &value, sizeof value);
-    REQUIRE(client.put(gate, index * sizeof(std::uint64_t), std::move(data)).get());
-}
+constexpr auto kWaitLimit = test::kGateWaitLimit;
+using test::read_word;
+using test::write_word;
 
 std::uint64_t runs_seen(Client& client, const Target& t) {
     return test::agent_counters(client, t)["runs"];

@@ -2,6 +2,7 @@
 // (xagent --max-inflight-calls, --max-inflight-mib), its new calls are refused at once with
 // `busy`, nothing admitted is lost, other connections go on, and it recovers once answered.
 
+#include "gate.hpp"
 #include "inflight_support.hpp"
 #include "launcher.hpp"
 #include "test_support.hpp"
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <fmt/format.h>
 #include <fstream>
+#include <load_kernels.hpp>
 #include <string>
 #include <thread>
 #include <trust_kernels.hpp>
@@ -25,6 +27,7 @@ using bitship::test::agent_counters;
 using bitship::test::blocker_ms;
 using bitship::test::client_seeing_busy;
 using bitship::test::connect;
+using bitship::test::Gate;
 using bitship::test::make_client;
 using bitship::test::peak_rss;
 using bitship::test::value_of;
@@ -262,7 +265,8 @@ TEST_CASE("a call refused as busy still fails at its deadline when the agent sta
 TEST_CASE("a forward the next agent refuses as busy fails the call with busy, naming that agent",
           "[integration]") {
     AgentProcess first("tcp");
-    AgentProcess second("tcp", {"--workers", "1", "--max-inflight-calls", "1"});
+    AgentProcess second("tcp", {"--workers", "1", "--max-inflight-calls", "1", "--region", "gate=4K",
+                                "--kernel-timeout-ms", "60000"});
     auto client = make_client("tcp");
     auto a = connect(client, first);
     auto b = connect(client, second);
@@ -280,22 +284,33 @@ TEST_CASE("a forward the next agent refuses as busy fails the call with busy, na
     INFO((warm ? std::string() : warm.error().describe()));
     REQUIRE(warm);
     CHECK(value_of(*warm) == 31);
-    auto blocker =
-        client.ship(behaviour_kernels::busy_count, b, 5 * kBlockerSteps); // holds the worker
-    std::this_thread::sleep_for(50ms); // the blocker is running at the second when the hops come
-    // Both forwards go over the first agent's one connection to the second: the first is
-    // held there behind the blocker, the second refused (its hop at the first agent ran).
-    auto held = client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 4});
-    auto refused = client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 5});
-    auto r = refused.get();
+    // The second's one worker is held at the gate until both forwards have come.
+    Gate gate(client, b);
+    auto blocker = client.ship(load_kernels::hold_until_released, b);
+    gate.wait_held();
+    // Both forwards go over the first agent's one connection to the second: one is held there
+    // behind the blocker, the other refused (its hop at the first agent ran). Which is which
+    // is the first agent's say: its workers run the two hops side by side.
+    std::vector<Future> hops;
+    hops.push_back(client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 4}));
+    hops.push_back(client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 5}));
+    const auto deadline = std::chrono::steady_clock::now() + test::kGateWaitLimit;
+    while (!hops[0].ready() && !hops[1].ready()) {
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(1ms);
+    }
+    const std::size_t refused_one = hops[0].ready() ? 0 : 1;
+    auto r = hops[refused_one].get();
     REQUIRE_FALSE(r);
     INFO(r.error().describe());
     CHECK(r.error().code == Errc::busy);
     CHECK_THAT(r.error().message, Catch::Contains(fmt::format("agent {}", second.address())));
-    auto h = held.get();
+    CHECK_FALSE(hops[1 - refused_one].ready()); // held behind the blocker
+    gate.release();
+    auto h = hops[1 - refused_one].get();
     INFO((h ? std::string() : h.error().describe()));
     REQUIRE(h);
-    CHECK(value_of(*h) == 41);
+    CHECK(value_of(*h) == (refused_one == 0 ? 51 : 41));
     REQUIRE(blocker.get());
     CHECK(client.stats().busy_resends == 0); // not sent again: its first hop ran
 }
