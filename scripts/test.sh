@@ -7,31 +7,43 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage says how long it took, and the last line sums them up (CI's budget: 30 min).
+stage_name="" stage_start=$SECONDS times=""
+stage() {
+    if [ -n "$stage_name" ]; then
+        echo "== $stage_name took $((SECONDS - stage_start)) s"
+        times="$times$stage_name: $((SECONDS - stage_start)) s; "
+    fi
+    stage_name=$1 stage_start=$SECONDS
+    [ -n "$stage_name" ] && echo "== $stage_name" || true
+}
+
+stage "install what is missing (scripts/setup.sh)"
 bash scripts/setup.sh
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 
-echo "== build and test (RelWithDebInfo)"
+stage "build and test (RelWithDebInfo)"
 cmake --preset default >/dev/null
 cmake --build --preset default
 ctest --preset default -LE aarch64
 
-echo "== aarch64 agent (cross-built, run by qemu-user) serving x86-64 clients"
-aarch64_start=$SECONDS
+stage "aarch64 agent (cross-built, run by qemu-user) serving x86-64 clients"
 bash scripts/setup.sh --with-aarch64
 cmake --preset aarch64 >/dev/null
 cmake --build --preset aarch64
 ctest --preset default -L aarch64
 # Tests that could not run say why (no binfmt_misc for aarch64 here, say): show it.
 grep -h '^SKIPPED:' build/Testing/Temporary/LastTest.log 2>/dev/null | sort -u || true
-echo "== aarch64 part took $((SECONDS - aarch64_start)) s"
 
-echo "== fuzz the decoders (${BITSHIP_FUZZ_SECONDS:-20} s each)"
+stage "fuzz the decoders (${BITSHIP_FUZZ_SECONDS:-20} s each)"
 bash scripts/fuzz.sh "${BITSHIP_FUZZ_SECONDS:-20}"
 
-echo "== the concurrency tests under ThreadSanitizer"
+stage "the concurrency tests under ThreadSanitizer"
 bash scripts/tsan.sh
 
-echo "== build and test under ASan + UBSan"
+stage "build and test under ASan + UBSan"
 cmake --preset asan >/dev/null
 cmake --build --preset asan
 ctest --preset asan
+stage ""
+echo "== all stages passed in $SECONDS s: $times"

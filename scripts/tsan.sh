@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan --target jit_test core_test agents_test xagent bitship-compiler
+cmake --build --preset tsan --target jit_test core_test agents_tsan_test xagent bitship-compiler
 reports=$(mktemp -d /tmp/bitship-tsan-XXXXXX)
 export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:log_path=$reports/report"
 
@@ -32,7 +32,7 @@ for t in "4 client threads x 1000 ships*" \
          "an agent with --cache-mib serves many distinct kernels*" \
          "a connection past its in-flight call limit*" \
          "a Batch the engine's thread took while the worker ran a long kernel*"; do
-    build-tsan/test/agents/agents_test --warn NoTests "$t" || status=1
+    build-tsan/test/agents/agents_tsan_test --warn NoTests "$t" || status=1
 done
 
 if compgen -G "$reports/report.*" >/dev/null; then
