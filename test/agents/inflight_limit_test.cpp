@@ -7,6 +7,7 @@
 #include "launcher.hpp"
 #include "test_support.hpp"
 
+#include <algorithm>
 #include <behaviour_kernels.hpp>
 #include <bitship/client.hpp>
 #include <catch2/catch.hpp>
@@ -24,7 +25,6 @@
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
-using bitship::test::blocker_ms;
 using bitship::test::client_seeing_busy;
 using bitship::test::connect;
 using bitship::test::Gate;
@@ -107,10 +107,10 @@ TEST_CASE("a connection past its in-flight byte limit is refused before its argu
           "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
-    // The blocker spins until the agent stops it: both large calls arrive while it runs, however
-    // slowly a sanitizer build sends them.
-    AgentProcess agent(transport, {"--workers", "1", "--max-inflight-mib", "1",
-                                   "--kernel-timeout-ms", blocker_ms(1000)});
+    // The one worker is held at a gate until both large calls have come, however slowly a
+    // sanitizer build sends them.
+    AgentProcess agent(transport, {"--workers", "1", "--max-inflight-mib", "1", "--region", "gate=4K",
+                                   "--kernel-timeout-ms", "60000"});
     // No bulk window: over shared memory the arguments would go there once it is mapped (its
     // WINDOW reply may come between the two calls), and the RUN alone is small.
     auto client = make_client(transport, 30s, [](ClientOptions& o) {
@@ -121,7 +121,9 @@ TEST_CASE("a connection past its in-flight byte limit is refused before its argu
     REQUIRE(client.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get());
     REQUIRE(client.ship(behaviour_kernels::echo, target, std::uint64_t{1}).get());
 
-    auto blocker = client.ship(behaviour_kernels::spin_forever, target);
+    Gate gate(client, target);
+    auto blocker = client.ship(load_kernels::hold_until_released, target);
+    gate.wait_held();
     Bytes big(600 << 10); // a rendezvous on every transport
     for (std::size_t i = 0; i < big.size(); ++i)
         big[i] = static_cast<std::byte>(i * 31);
@@ -129,19 +131,19 @@ TEST_CASE("a connection past its in-flight byte limit is refused before its argu
     auto second = client.ship_bytes(behaviour_kernels::echo, target, big);
     auto small = client.ship(behaviour_kernels::busy_count, target, std::uint64_t{5});
 
-    auto r1 = first.get();
-    REQUIRE(r1);
-    CHECK(*r1 == big);
-    auto r2 = second.get();
+    auto r2 = second.get(); // refused while the first is held
     REQUIRE_FALSE(r2);
     CHECK(r2.error().code == Errc::busy);
     CHECK_THAT(r2.error().message, Catch::Contains("limit per connection is 1048576 bytes"));
+    CHECK_FALSE(first.ready());
+    gate.release();
+    auto r1 = first.get();
+    REQUIRE(r1);
+    CHECK(*r1 == big);
     auto r3 = small.get(); // small enough to fit beside the first
     REQUIRE(r3);
     CHECK(value_of(*r3) == 5);
-    auto stopped = blocker.get();
-    REQUIRE_FALSE(stopped);
-    CHECK(stopped.error().code == Errc::kernel_timeout);
+    REQUIRE(blocker.get());
     auto again = client.ship_bytes(behaviour_kernels::echo, target, big).get();
     REQUIRE(again);
     CHECK(*again == big);
@@ -149,12 +151,12 @@ TEST_CASE("a connection past its in-flight byte limit is refused before its argu
 
 TEST_CASE("a connection flooding large calls cannot grow the agent past its in-flight byte limit",
           "[integration]") {
-    // 400 calls of 512 KiB (200 MiB) sent while the agent's one worker is busy: without the
-    // limit the agent receives and queues them all; with 16 MiB it holds at most that.
-    // The blocker's time: the whole flood (200 MiB over TCP) must be sent within it; 2 s was
-    // once too short under ASan with three tests at once on two cores.
-    AgentProcess agent("tcp", {"--workers", "1", "--max-inflight-mib", "16", "--kernel-timeout-ms",
-                               blocker_ms(3000)});
+    // 400 calls of 512 KiB (200 MiB) sent while the agent's one worker is held at a gate:
+    // without the limit the agent receives and queues them all; with 16 MiB it holds 31 of them
+    // and refuses the rest as they come. The gate opens once every refusal is back, so the
+    // whole flood has come while the worker was held, however long it took to send.
+    AgentProcess agent("tcp", {"--workers", "1", "--max-inflight-mib", "16", "--region", "gate=4K",
+                               "--kernel-timeout-ms", "60000"});
     auto client = client_seeing_busy("tcp");
     auto target = connect(client, agent);
     Bytes args(512 << 10, std::byte{1}); // busy_count takes any other length as 0 steps
@@ -162,11 +164,23 @@ TEST_CASE("a connection flooding large calls cannot grow the agent past its in-f
     REQUIRE(client.ship(behaviour_kernels::busy_count, target, std::uint64_t{1}).get());
     const auto before = peak_rss(agent.pid());
 
-    // Stopped by the agent on time: the whole flood is sent while it runs.
-    auto blocker = client.ship(behaviour_kernels::spin_forever, target);
+    Gate gate(client, target);
+    auto blocker = client.ship(load_kernels::hold_until_released, target);
+    gate.wait_held();
+    constexpr int kFlood = 400;
+    constexpr int kHeld = 31; // 16 MiB over calls of 512 KiB and their header
     std::vector<Future> flood;
-    for (int i = 0; i < 400; ++i)
+    for (int i = 0; i < kFlood; ++i)
         flood.push_back(client.ship_bytes(behaviour_kernels::busy_count, target, args));
+    const auto deadline = std::chrono::steady_clock::now() + 2 * test::kGateWaitLimit;
+    auto back = [&] { return std::count_if(flood.begin(), flood.end(), [](const Future& f) { return f.ready(); }); };
+    while (back() < kFlood - kHeld) {
+        INFO(fmt::format("{} of {} calls answered while the worker is held; expected {} refused", back(), kFlood,
+                         kFlood - kHeld));
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(1ms);
+    }
+    gate.release();
     int answered = 0, refused = 0;
     for (auto& f : flood) {
         auto r = f.get();
@@ -179,14 +193,12 @@ TEST_CASE("a connection flooding large calls cannot grow the agent past its in-f
             ++refused;
         }
     }
-    auto stopped = blocker.get();
-    REQUIRE_FALSE(stopped);
-    CHECK(stopped.error().code == Errc::kernel_timeout);
+    REQUIRE(blocker.get());
     const auto grew = peak_rss(agent.pid()) - before;
     INFO(fmt::format("answered {}, refused {}, agent's peak grew {:.1f} MiB", answered, refused,
                      grew / 1048576.0));
-    CHECK(answered + refused == 400);
-    CHECK(refused >= 400 - 64); // 16 MiB holds 31 of them beside the blocker
+    CHECK(answered + refused == kFlood);
+    CHECK(refused >= kFlood - kHeld);
     // The 16 MiB held, plus UCX's and the allocator's own (and ASan's quarantine of freed
     // buffers, in that build); without the limit the agent grows by the whole 200 MiB.
     CHECK(grew < (72ull << 20));

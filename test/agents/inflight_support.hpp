@@ -17,21 +17,6 @@
 
 namespace bitship::test {
 
-/// --kernel-timeout-ms for a test's blocker (a spin_forever call the agent stops): `ms` in a
-/// plain build, three times that under ASan, where the client sends a flood several times more
-/// slowly. Long enough that every call of the test arrives while it runs; no longer, since it
-/// keeps a core busy beside the other tests.
-inline std::string blocker_ms(int ms) {
-#if defined(__SANITIZE_ADDRESS__)
-    ms *= 3;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-    ms *= 3;
-#endif
-#endif
-    return std::to_string(ms);
-}
-
 /// A client that sees the agent's refusals (ClientOptions::resend_busy off).
 inline Client client_seeing_busy(const std::string& transport) {
     return make_client(transport, std::chrono::seconds(30),
