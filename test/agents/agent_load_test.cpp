@@ -31,7 +31,7 @@ std::uint64_t runs_seen(Client& client, const Target& t) {
 /// and a client connected to it.
 struct GatedAgent {
     explicit GatedAgent(const std::string& transport)
-        : agent(transport, {"--workers", "1", "--region", "gate=4K", "--kernel-timeout-ms", "60000"}),
+        : agent(transport, test::with_gate({"--workers", "1"})),
           client(test::make_client(transport)), target(client.connect(agent.address())) {}
     launch::AgentProcess agent;
     Client client;
@@ -91,19 +91,14 @@ TEST_CASE("a busy agent reports its running kernel and its queue in the replies 
     auto gate = client.region(*target, "gate");
     REQUIRE(gate);
     auto held = client.ship(load_kernels::hold_until_released, *target);
-    auto deadline = std::chrono::steady_clock::now() + kWaitLimit;
-    while (read_word(client, *gate, 0) == 0) {
-        REQUIRE(std::chrono::steady_clock::now() < deadline);
-        std::this_thread::sleep_for(1ms);
-    }
+    test::wait_until([&] { return read_word(client, *gate, 0) != 0; },
+                     "the kernel to hold the worker", kWaitLimit);
     auto runs_before = runs_seen(client, *target);
     auto waiting = client.ship(load_kernels::answer_now, *target);
     // The agent counts a RUN as it takes it and queues it in the same step: once the count
     // shows, the call is in the queue.
-    while (runs_seen(client, *target) == runs_before) {
-        REQUIRE(std::chrono::steady_clock::now() < deadline);
-        std::this_thread::sleep_for(1ms);
-    }
+    test::wait_until([&] { return runs_seen(client, *target) != runs_before; },
+                     "the second call to be queued", kWaitLimit);
     CHECK_FALSE(waiting.ready());
 
     // 3. An ERROR answered at once (no worker needed) carries the load: one busy, one queued.
@@ -165,11 +160,8 @@ TEST_CASE("a kernel whose last run was long has the engine's thread progress fro
     for (std::uint64_t round = 1; round <= 3; ++round) {
         write_word(client, *gate, 1, 0);
         auto held = client.ship(load_kernels::hold_until_released, *target);
-        auto deadline = std::chrono::steady_clock::now() + kWaitLimit;
-        while (read_word(client, *gate, 0) != round) {
-            REQUIRE(std::chrono::steady_clock::now() < deadline);
-            std::this_thread::sleep_for(1ms);
-        }
+        test::wait_until([&] { return read_word(client, *gate, 0) == round; },
+                         "the kernel to hold the worker", kWaitLimit);
         std::this_thread::sleep_for(2ms);
         write_word(client, *gate, 1, 1);
         REQUIRE(held.get_as<std::uint64_t>() == std::uint64_t{1});

@@ -178,11 +178,9 @@ TEST_CASE("a draining agent opens no bulk window: it is going, and the window's 
     auto in_flight = client.ship(behaviour_kernels::spin_forever, t); // holds the drain up to its 2 s budget
     // Once its code has arrived the call is compiling or running, and the drain waits for it (a
     // drain before that would refuse the call, end at once and take the agent away).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (agent_counters(client, t)["code_received"] < 1) {
-        REQUIRE(std::chrono::steady_clock::now() < deadline);
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    bitship::test::wait_until([&] { return agent_counters(client, t)["code_received"] >= 1; },
+                              "the agent to receive the code", std::chrono::seconds(20),
+                              std::chrono::milliseconds(5));
     REQUIRE(bitship::test::xctl_json(agent, "drain")["ok"] == true);
     RawPeer after("shm", agent.port());
     after.send(wire::encode_request(wire::Type::window, 6));

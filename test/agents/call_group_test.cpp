@@ -240,11 +240,9 @@ TEST_CASE("a drain or a stop in the middle of a long group runs none of its call
     const std::vector<std::uint64_t> args(2000, member(kCount, 50));
     auto group = client.ship_each(behaviour_kernels::group_member, t, args);
     // Wait until the group is running (the agent counts a group as it starts it).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (agent_counters(client, t)["group_runs"] < 1) {
-        REQUIRE(std::chrono::steady_clock::now() < deadline);
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
+    bitship::test::wait_until([&] { return agent_counters(client, t)["group_runs"] >= 1; },
+                              "the group to start", std::chrono::seconds(20),
+                              std::chrono::milliseconds(20));
     SECTION("xctl drain: the group is answered, the calls not started as not run, and the agent exits") {
         auto drain = bitship::test::xctl_json(agent, "drain");
         REQUIRE(drain["ok"] == true);

@@ -7,17 +7,27 @@
 // it go when it is done.
 #pragma once
 
+#include "test_support.hpp"
+
 #include <bitship/client.hpp>
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
+#include <vector>
 
 namespace bitship::test {
 
 inline constexpr auto kGateWaitLimit = std::chrono::seconds(20); // a missing step fails, never hangs
+
+/// The agent arguments `own`, and what a gate needs: the region, and a kernel time limit past
+/// any of a test's waits (a held kernel is released, not stopped).
+inline std::vector<std::string> with_gate(std::vector<std::string> own) {
+    own.insert(own.end(), {"--region", "gate=4K", "--kernel-timeout-ms", "60000"});
+    return own;
+}
 
 inline std::uint64_t read_word(Client& client, const RemoteRegion& gate, std::uint64_t index) {
     auto bytes = client.get(gate, index * sizeof(std::uint64_t), sizeof(std::uint64_t)).get();
@@ -44,11 +54,8 @@ public:
     }
     /// Until `kernels` hold_until_released calls in all have entered the gate.
     void wait_held(std::uint64_t kernels = 1) {
-        const auto deadline = std::chrono::steady_clock::now() + kGateWaitLimit;
-        while (read_word(client_, region_, 0) < kernels) {
-            REQUIRE(std::chrono::steady_clock::now() < deadline);
-            std::this_thread::sleep_for(std::chrono::milliseconds(1));
-        }
+        wait_until([&] { return read_word(client_, region_, 0) >= kernels; },
+                   "kernels to enter the gate", kGateWaitLimit);
     }
     void release() { write_word(client_, region_, 1, 1); }
     [[nodiscard]] const RemoteRegion& region() const { return region_; }

@@ -84,11 +84,8 @@ TEST_CASE("gpu plumbing (fake driver): a GPU call whose module is unloaded after
     REQUIRE(twice);
     CHECK(*twice == 2);
     auto wait_for = [&](const std::string& counter, std::uint64_t at_least) {
-        const auto deadline = std::chrono::steady_clock::now() + 20s;
-        while (g.counter(counter) < at_least) {
-            REQUIRE(std::chrono::steady_clock::now() < deadline);
-            std::this_thread::sleep_for(2ms);
-        }
+        bitship::test::wait_until([&] { return g.counter(counter) >= at_least; }, counter, 20s,
+                                  2ms);
     };
     // 1. The worker counts for a while (its code compiled first, on the same worker).
     const auto cpu_compiles = g.counter("compiles");

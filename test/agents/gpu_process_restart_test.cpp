@@ -159,11 +159,8 @@ TEST_CASE("gpu plumbing (fake driver): SIGTERM stops an agent whose GPU kernel n
     o.block = {1, 1, 1};
     auto spinning = g.client.ship(gpu_ops_kernels::spin_forever, g.target, o);
     // Loaded on the GPU, so launched next (the launch is not counted until it returns).
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while (g.counter("gpu_compiles") < 1) {
-        REQUIRE(std::chrono::steady_clock::now() < deadline);
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    bitship::test::wait_until([&] { return g.counter("gpu_compiles") >= 1; }, "the GPU compile",
+                              std::chrono::seconds(20), std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     CHECK_FALSE(spinning.ready());
     const auto processes = children_named(g.agent.pid(), "bitship-gpu");

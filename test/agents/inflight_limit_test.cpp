@@ -31,6 +31,7 @@ using bitship::test::Gate;
 using bitship::test::make_client;
 using bitship::test::peak_rss;
 using bitship::test::value_of;
+using bitship::test::with_gate;
 using namespace std::chrono_literals;
 
 namespace {
@@ -109,8 +110,7 @@ TEST_CASE("a connection past its in-flight byte limit is refused before its argu
     INFO("transport " << transport);
     // The one worker is held at a gate until both large calls have come, however slowly a
     // sanitizer build sends them.
-    AgentProcess agent(transport, {"--workers", "1", "--max-inflight-mib", "1", "--region", "gate=4K",
-                                   "--kernel-timeout-ms", "60000"});
+    AgentProcess agent(transport, with_gate({"--workers", "1", "--max-inflight-mib", "1"}));
     // No bulk window: over shared memory the arguments would go there once it is mapped (its
     // WINDOW reply may come between the two calls), and the RUN alone is small.
     auto client = make_client(transport, 30s, [](ClientOptions& o) {
@@ -155,8 +155,7 @@ TEST_CASE("a connection flooding large calls cannot grow the agent past its in-f
     // without the limit the agent receives and queues them all; with 16 MiB it holds 31 of them
     // and refuses the rest as they come. The gate opens once every refusal is back, so the
     // whole flood has come while the worker was held, however long it took to send.
-    AgentProcess agent("tcp", {"--workers", "1", "--max-inflight-mib", "16", "--region", "gate=4K",
-                               "--kernel-timeout-ms", "60000"});
+    AgentProcess agent("tcp", with_gate({"--workers", "1", "--max-inflight-mib", "16"}));
     auto client = client_seeing_busy("tcp");
     auto target = connect(client, agent);
     Bytes args(512 << 10, std::byte{1}); // busy_count takes any other length as 0 steps
@@ -172,14 +171,10 @@ TEST_CASE("a connection flooding large calls cannot grow the agent past its in-f
     std::vector<Future> flood;
     for (int i = 0; i < kFlood; ++i)
         flood.push_back(client.ship_bytes(behaviour_kernels::busy_count, target, args));
-    const auto deadline = std::chrono::steady_clock::now() + 2 * test::kGateWaitLimit;
     auto back = [&] { return std::count_if(flood.begin(), flood.end(), [](const Future& f) { return f.ready(); }); };
-    while (back() < kFlood - kHeld) {
-        INFO(fmt::format("{} of {} calls answered while the worker is held; expected {} refused", back(), kFlood,
-                         kFlood - kHeld));
-        REQUIRE(std::chrono::steady_clock::now() < deadline);
-        std::this_thread::sleep_for(1ms);
-    }
+    test::wait_until([&] { return back() >= kFlood - kHeld; },
+                     fmt::format("{} refusals while the worker is held", kFlood - kHeld),
+                     2 * test::kGateWaitLimit);
     gate.release();
     int answered = 0, refused = 0;
     for (auto& f : flood) {
@@ -277,8 +272,7 @@ TEST_CASE("a call refused as busy still fails at its deadline when the agent sta
 TEST_CASE("a forward the next agent refuses as busy fails the call with busy, naming that agent",
           "[integration]") {
     AgentProcess first("tcp");
-    AgentProcess second("tcp", {"--workers", "1", "--max-inflight-calls", "1", "--region", "gate=4K",
-                                "--kernel-timeout-ms", "60000"});
+    AgentProcess second("tcp", with_gate({"--workers", "1", "--max-inflight-calls", "1"}));
     auto client = make_client("tcp");
     auto a = connect(client, first);
     auto b = connect(client, second);
@@ -306,11 +300,8 @@ TEST_CASE("a forward the next agent refuses as busy fails the call with busy, na
     std::vector<Future> hops;
     hops.push_back(client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 4}));
     hops.push_back(client.ship(trust_kernels::hop, a, to_second, HopArgs{1, 0, 5}));
-    const auto deadline = std::chrono::steady_clock::now() + test::kGateWaitLimit;
-    while (!hops[0].ready() && !hops[1].ready()) {
-        REQUIRE(std::chrono::steady_clock::now() < deadline);
-        std::this_thread::sleep_for(1ms);
-    }
+    test::wait_until([&] { return hops[0].ready() || hops[1].ready(); },
+                     "one forward to be refused", test::kGateWaitLimit);
     const std::size_t refused_one = hops[0].ready() ? 0 : 1;
     auto r = hops[refused_one].get();
     REQUIRE_FALSE(r);

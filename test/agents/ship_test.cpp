@@ -536,11 +536,8 @@ TEST_CASE("SIGTERM stops an agent whose kernel never returns and that has no ker
     auto client = make_client("tcp", 60s);
     auto target = connect(client, agent);
     auto spinning = client.ship(behaviour_kernels::spin_forever, target);
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (agent_counters(client, target)["code_received"] < 1) {
-        REQUIRE(std::chrono::steady_clock::now() < deadline);
-        std::this_thread::sleep_for(5ms);
-    }
+    bitship::test::wait_until([&] { return agent_counters(client, target)["code_received"] >= 1; },
+                              "the agent to receive the code", 20s, 5ms);
     std::this_thread::sleep_for(200ms); // compiled and running
     CHECK_FALSE(spinning.ready());
     const auto began = std::chrono::steady_clock::now();

@@ -23,6 +23,20 @@
 
 namespace bitship::test {
 
+/// Polls `done` until it holds, napping `poll` between looks; fails the test, saying it waited
+/// for `what`, once `limit` has passed (a step that never comes fails, never hangs).
+template <class Done>
+void wait_until(Done&& done, const std::string& what,
+                std::chrono::milliseconds limit = std::chrono::seconds(20),
+                std::chrono::milliseconds poll = std::chrono::milliseconds(1)) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!done()) {
+        INFO("waited " << limit.count() << " ms for " << what);
+        REQUIRE(std::chrono::steady_clock::now() < deadline);
+        std::this_thread::sleep_for(poll);
+    }
+}
+
 /// A client for loopback agents over `transport`, presenting the test key; `tweak` changes
 /// any other option.
 inline Client make_client(const std::string& transport, std::chrono::milliseconds call_timeout = std::chrono::seconds(30),

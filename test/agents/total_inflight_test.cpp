@@ -31,6 +31,7 @@ using bitship::test::Gate;
 using bitship::test::make_client;
 using bitship::test::peak_rss;
 using bitship::test::value_of;
+using bitship::test::with_gate;
 using namespace std::chrono_literals;
 
 TEST_CASE("connections together past the agent's total call limit get busy while a light one "
@@ -39,9 +40,8 @@ TEST_CASE("connections together past the agent's total call limit get busy while
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
     // No limit per connection: only the total (6 messages) is in play.
-    AgentProcess agent(transport,
-                       {"--workers", "1", "--max-inflight-calls", "0", "--total-inflight-calls",
-                        "6", "--region", "gate=4K", "--kernel-timeout-ms", "60000"});
+    AgentProcess agent(transport, with_gate({"--workers", "1", "--max-inflight-calls", "0",
+                                             "--total-inflight-calls", "6"}));
     auto a = client_seeing_busy(transport);
     auto b = client_seeing_busy(transport);
     auto light = client_seeing_busy(transport);
@@ -126,8 +126,7 @@ TEST_CASE("connections flooding large calls together cannot grow the agent past 
     // is busy. Each stays within its own connection's limit (256 MiB, the default); the total
     // (16 MiB) refuses the rest, which the clients send again (resend_busy, the default) until
     // every one is answered.
-    AgentProcess agent("tcp", {"--workers", "1", "--total-inflight-mib", "16", "--region", "gate=4K",
-                               "--kernel-timeout-ms", "60000"});
+    AgentProcess agent("tcp", with_gate({"--workers", "1", "--total-inflight-mib", "16"}));
     constexpr int kClients = 4, kCalls = 100;
     std::vector<Client> clients;
     std::vector<Target> targets;
