@@ -15,7 +15,9 @@ bool Agent::Impl::begin_drain() {
         while (!stopped.load()) {
             std::promise<bool> idle;
             auto answer = idle.get_future();
-            engine->post([this, &idle] { idle.set_value(pool->idle() && compiling.empty() && gpu_compiling.empty()); });
+            engine->post([this, &idle] {
+                idle.set_value(pool->idle() && compiling.empty() && completing.empty() && gpu_compiling.empty());
+            });
             if (answer.wait_for(std::chrono::seconds(1)) != std::future_status::ready) continue;
             if (answer.get()) {
                 if (!answered) answered = Clock::now();
@@ -173,9 +175,11 @@ void Agent::stop() {
     if (!left.empty()) spdlog::info("{} queued jobs dropped at shutdown", left.size());
     impl_->engine->post([impl = impl_.get()] {
         Error why{Errc::shutting_down, "agent is shutting down"};
-        for (auto& [hash, waiting] : impl->compiling)
-            for (auto& r : waiting) impl->answer_error(*r, why);
-        impl->compiling.clear();
+        for (auto* map : {&impl->compiling, &impl->completing}) {
+            for (auto& [hash, waiting] : *map)
+                for (auto& r : waiting) impl->answer_error(*r, why);
+            map->clear();
+        }
         for (auto& [key, waiting] : impl->gpu_compiling)
             for (auto& r : waiting) impl->answer_error(*r, why);
         impl->gpu_compiling.clear();

@@ -188,8 +188,13 @@ struct Agent::Impl {
     std::unordered_map<ucp_ep_h, Handshake> handshaking;
     std::uint64_t next_conn = 1;
     std::uint64_t next_forward_id = 1;
-    // Requests waiting for a compile of their hash that is already under way.
+    // Requests waiting for a compile of their hash that is already under way: a first compile
+    // (which may hold only the kernel its call named), and one of the slice whole, started by a
+    // call whose kernel the first left out. Apart, because the first one's code may already be
+    // cached (found by new calls) before its waiting calls are run: a call it left out must
+    // then wait for the whole slice, not for the first compile's end.
     std::unordered_map<CodeHash, std::vector<std::shared_ptr<RunRequest>>, CodeHashHasher> compiling;
+    std::unordered_map<CodeHash, std::vector<std::shared_ptr<RunRequest>>, CodeHashHasher> completing;
     // The same for GPU code, by (hash, GPU): a PTX compile and module load under way.
     std::map<std::pair<CodeHash, unsigned>, std::vector<std::shared_ptr<RunRequest>>> gpu_compiling;
     std::map<std::string, Link> links;
@@ -289,7 +294,7 @@ struct Agent::Impl {
     /// Queues `r` behind the compile of its hash under way, or starts one: of `held`'s slice
     /// when given (code that left r's kernel out), else of the code r carries, else from disk.
     void start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> held);
-    void on_compiled(const CodeHash& hash, Result<std::shared_ptr<const jit::CompiledCode>> code);
+    void on_compiled(const CodeHash& hash, bool whole, Result<std::shared_ptr<const jit::CompiledCode>> code);
     void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code);
     const Region* create_region_from_worker(const char* name, std::size_t size);
     void prepare_ctx(bs_ctx& ctx, const RunRequest& r);

@@ -110,22 +110,25 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
 
 void Agent::Impl::start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> held) {
     auto hash = r->run.hash;
-    auto [waiting, first] = compiling.try_emplace(hash);
+    const bool whole = held != nullptr; // completing the slice `held` holds a part of
+    auto [waiting, first] = (whole ? completing : compiling).try_emplace(hash);
     waiting->second.push_back(r);
     if (!first) return; // it runs on the code of the compile under way
     // Compiling takes milliseconds: it runs as a job, never while progressing UCX. The call's
     // entry goes with it: a first compile makes that kernel alone (Jit::compile).
-    bool queued = pool->submit([this, r, held = std::move(held)] {
+    bool queued = pool->submit([this, r, whole, held = std::move(held)] {
         auto code = held                   ? jit->compile(held->bundle(), r->run.hash, r->run.entry)
                     : !r->run.code.empty() ? jit->compile(r->run.code, r->run.hash, r->run.entry)
                                            : jit->load(r->run.hash);
-        engine->post([this, hash = r->run.hash, code = std::move(code)]() mutable { on_compiled(hash, std::move(code)); });
+        engine->post([this, hash = r->run.hash, whole, code = std::move(code)]() mutable {
+            on_compiled(hash, whole, std::move(code));
+        });
     });
-    if (!queued) on_compiled(hash, fail(Errc::shutting_down, "agent is shutting down"));
+    if (!queued) on_compiled(hash, whole, fail(Errc::shutting_down, "agent is shutting down"));
 }
 
-void Agent::Impl::on_compiled(const CodeHash& hash, Result<std::shared_ptr<const jit::CompiledCode>> code) {
-    auto node = compiling.extract(hash);
+void Agent::Impl::on_compiled(const CodeHash& hash, bool whole, Result<std::shared_ptr<const jit::CompiledCode>> code) {
+    auto node = (whole ? completing : compiling).extract(hash);
     if (node.empty()) return;
     auto waiting = std::move(node.mapped());
     if (!code) {

@@ -164,23 +164,32 @@ public:
 
 private:
     /// Compiles each hash once: a thread asking for a hash that another is compiling waits
-    /// for, and returns, that one's result (which may leave `entry` out: the caller asks
-    /// again). The code cached is enough unless it leaves `entry` out. `make` puts its code
-    /// into the memory cache.
+    /// for, and returns, that one's result. The code cached is enough unless it leaves `entry`
+    /// out. `make` puts its code into the memory cache.
+    ///
+    /// The compile waited for may be a first one that holds only the kernel its own call named,
+    /// and leaves `entry` out: then once more, and with that part cached, `make` compiles the
+    /// slice whole. (Only when the part was evicted meanwhile, and another first compile of
+    /// the hash is under way, can the answer still leave `entry` out: the caller asks again.)
     template <class Make> CodeResult compile_once(const CodeHash& expected, std::string_view entry, Make make) {
         auto cached_enough = [&]() -> std::optional<CodeResult> {
             auto code = cache_->find(expected);
             if (code && !code->left_out(entry)) return code;
             return std::nullopt;
         };
-        return in_flight_.run(expected, cached_enough, [&]() -> CodeResult {
-            try {
-                return make();
-            } catch (const std::exception& e) { // bad_alloc, mostly: an answer, not a dead agent
-                return fail(Errc::internal,
-                            fmt::format("compiling {}: {}", to_hex(expected, kHashDigitsInMessages), e.what()));
-            }
-        });
+        auto once = [&] {
+            return in_flight_.run(expected, cached_enough, [&]() -> CodeResult {
+                try {
+                    return make();
+                } catch (const std::exception& e) { // bad_alloc, mostly: an answer, not a dead agent
+                    return fail(Errc::internal,
+                                fmt::format("compiling {}: {}", to_hex(expected, kHashDigitsInMessages), e.what()));
+                }
+            });
+        };
+        auto code = once();
+        if (code && !entry.empty() && (*code)->left_out(entry)) code = once();
+        return code;
     }
 
     /// The first compile of a hash: tier 0 (for `entry` alone where it can) with tier 1 queued
