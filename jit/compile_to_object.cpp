@@ -158,13 +158,28 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
     stats.verify_ms = lap_ms(mark);
 
     // 5. Bitcode → IR, in a context of its own (modules of other compiles never share it).
+    //    Tier 0 for one call reads only that entry and what it reaches (entry_closure.hpp):
+    //    the module's globals and declarations first, then the bodies it needs; the rest
+    //    waits for tier 1, or for a call to one of them, and is checked when it is compiled.
+    const bool part = !only.empty() && tier == Tier::fast;
     auto context = std::make_unique<llvm::LLVMContext>();
     llvm::MemoryBufferRef buffer(
         llvm::StringRef(reinterpret_cast<const char*>(slice->bitcode.data()), slice->bitcode.size()), hex);
-    auto parsed = llvm::parseBitcodeFile(buffer, *context);
-    if (!parsed)
-        return tl::make_unexpected(to_error(parsed.takeError(), Errc::invalid_bitcode, "slice " + hex + " is not valid bitcode"));
+    auto not_bitcode = [&](llvm::Error err) {
+        return tl::make_unexpected(to_error(std::move(err), Errc::invalid_bitcode, "slice " + hex + " is not valid bitcode"));
+    };
+    auto parsed = part ? llvm::getLazyBitcodeModule(buffer, *context) : llvm::parseBitcodeFile(buffer, *context);
+    if (!parsed) return not_bitcode(parsed.takeError());
     std::unique_ptr<llvm::Module> module = std::move(*parsed);
+    if (part) {
+        // The module-level rules (no aliases, ifuncs, appending or reserved globals, ...) on
+        // what is read so far, before anything is removed: what is kept then refers to nothing
+        // that goes. The bodies kept are checked below, with everything else.
+        if (auto allowed = check_code_policy(*module); !allowed) return tl::make_unexpected(allowed.error());
+        auto left_out = keep_only_entry(*module, only, view->entries);
+        if (!left_out) return not_bitcode(left_out.takeError());
+        out.left_out = std::move(*left_out);
+    }
     {
         std::string problems;
         llvm::raw_string_ostream problem_out(problems);
@@ -183,11 +198,9 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
         !allowed)
         return tl::make_unexpected(allowed.error());
     // State kept between calls must live in one copy: such a slice gets the one compile it
-    // will ever have, the optimised one (entry_closure.hpp), and says so in stats.tier.
+    // will ever have, the optimised one (entry_closure.hpp: keep_only_entry kept it whole),
+    // and says so in stats.tier.
     if (tier == Tier::fast && holds_state(*module)) tier = Tier::optimised;
-    // Tier 0 for one call: that entry and what it reaches; the rest waits for tier 1 (or for
-    // a call to one of them).
-    if (!only.empty() && tier == Tier::fast) out.left_out = keep_only_entry(*module, only, view->entries);
     guard_indirect_calls(*module);
 
     // The bundle's entries this module defines (and exports); the others fail later, in

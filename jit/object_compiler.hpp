@@ -53,8 +53,9 @@ public:
     /// The slice of `bundle` hashing to `expected`, compiled at `tier`, or at Tier::optimised
     /// when it holds state (entry_closure.hpp: stats.tier says which). With `only` at
     /// Tier::fast, just that entry and what it reaches where the slice allows it
-    /// (keep_only_entry); the whole slice is checked either way. Errors: those of
-    /// Jit::compile, plus compile_failed naming what stopped a compiler process (a signal, a
+    /// (keep_only_entry): only that part is read, checked and compiled (the module-level code
+    /// policy rules see the whole slice); the rest is checked when a compile of the whole slice
+    /// (tier 1, or a call to a kernel left out) reads it. Errors: those of Jit::compile, plus compile_failed naming what stopped a compiler process (a signal, a
     /// limit). Thread-safe.
     virtual Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
                                            std::string_view only = {}) = 0;

@@ -152,7 +152,11 @@ TEST_CASE("a compiler that crashes, aborts or hits LLVM's fatal error fails only
 TEST_CASE("crafted bitcode that crashes LLVM's reader, or makes it run out of memory, fails that call only",
           "[integration]") {
     // No test hook: real inputs, with valid hashes. In the agent's own process either would end it.
-    AgentProcess agent("tcp", {"--compiler-memory-mib", "512"});
+    // One tier, so that the reader reads the whole slice at once: a first call's tier-0 compile
+    // reads the module's globals first and refuses reader_segv.bc on them (a declaration with
+    // an explicit section: the code policy's no-section), before the function body that crashes
+    // the reader is read.
+    AgentProcess agent("tcp", {"--compiler-memory-mib", "512", "--jit-tiers", "1"});
     auto client = make_client();
     auto target = client.connect(agent.address());
     REQUIRE(target);

@@ -319,6 +319,39 @@ TEST_CASE("a slice is compiled whole at first when one kernel alone cannot be", 
     }
 }
 
+TEST_CASE("a first compile checks the code it compiles: a kernel left out that the allow-list refuses fails its own "
+          "calls only",
+          "[unit]") {
+    const std::vector<std::string> entries{"twice", "thrice", "lonely", "escape"};
+    auto bundle = kernel_bundle("parts_escape", entries);
+    SECTION("with tiers: the first call's kernel runs, the slice whole is refused by name") {
+        auto j = make_jit();
+        auto first = j->compile(bundle.bytes, bundle.hash, "twice");
+        if (!first) FAIL(first.error().describe());
+        CHECK((*first)->partial());
+        CHECK((*first)->left_out("escape"));
+        CHECK(run_u64(**first, "twice", 4) == 8);
+        // A call to `escape` compiles the slice whole, which the allow-list refuses.
+        auto whole = j->compile(bundle.bytes, bundle.hash, "escape");
+        REQUIRE_FALSE(whole);
+        CHECK(whole.error().code == Errc::unresolved_symbol);
+        CHECK_THAT(whole.error().message, Catch::Contains("'system'"));
+        // Tier 1 fails the same way in the background; tier 0 keeps serving what it holds.
+        j->drain_tier_ups();
+        auto held = j->find(bundle.hash);
+        REQUIRE(held);
+        CHECK(held->stats().tier == 0);
+        CHECK(held->partial());
+        CHECK(run_u64(*held, "twice", 5) == 10);
+    }
+    SECTION("with one tier every compile is whole, and refused") {
+        auto j = make_jit({}, 2, 1);
+        auto code = j->compile(bundle.bytes, bundle.hash, "twice");
+        REQUIRE_FALSE(code);
+        CHECK(code.error().code == Errc::unresolved_symbol);
+    }
+}
+
 TEST_CASE("with one tier every compile is the optimised one", "[unit]") {
     auto j = make_jit({}, 2, 1);
     auto bundle = kernel_bundle("add", {"add"});

@@ -161,6 +161,10 @@ TEST_CASE("a slice from a newer LLVM is refused, naming both versions", "[unit]"
 }
 
 TEST_CASE("corrupt bitcode is invalid_bitcode, never a crash", "[unit]") {
+    // Compiled whole, and as a first call's tier 0, which reads the bitcode lazily: the
+    // kernel it names and what that reaches (jit/entry_closure.hpp).
+    const std::string entry = GENERATE(std::string{}, std::string{"add"});
+    INFO("entry named: '" << entry << "'");
     auto j = make_jit();
     const auto good = kernel_bitcode("add");
 
@@ -169,7 +173,7 @@ TEST_CASE("corrupt bitcode is invalid_bitcode, never a crash", "[unit]") {
         std::vector<std::byte> junk(good.size());
         for (auto& b : junk) b = static_cast<std::byte>(rng());
         auto bundle = make_bundle(junk, {"add"});
-        auto code = j->compile(bundle.bytes, bundle.hash);
+        auto code = j->compile(bundle.bytes, bundle.hash, entry);
         REQUIRE_FALSE(code);
         CHECK(code.error().code == Errc::invalid_bitcode);
     }
@@ -178,7 +182,7 @@ TEST_CASE("corrupt bitcode is invalid_bitcode, never a crash", "[unit]") {
             INFO("kept " << keep << " of " << good.size() << " bytes");
             std::vector<std::byte> cut(good.begin(), good.begin() + static_cast<std::ptrdiff_t>(keep));
             auto bundle = make_bundle(cut, {"add"});
-            auto code = j->compile(bundle.bytes, bundle.hash);
+            auto code = j->compile(bundle.bytes, bundle.hash, entry);
             REQUIRE_FALSE(code);
             CHECK(code.error().code == Errc::invalid_bitcode);
         }
@@ -187,7 +191,7 @@ TEST_CASE("corrupt bitcode is invalid_bitcode, never a crash", "[unit]") {
         auto bad = good;
         bad[1] ^= std::byte{0xff};
         auto bundle = make_bundle(bad, {"add"});
-        auto code = j->compile(bundle.bytes, bundle.hash);
+        auto code = j->compile(bundle.bytes, bundle.hash, entry);
         REQUIRE_FALSE(code);
         CHECK(code.error().code == Errc::invalid_bitcode);
     }
@@ -202,7 +206,7 @@ TEST_CASE("corrupt bitcode is invalid_bitcode, never a crash", "[unit]") {
             auto at = good.size() / 4 + static_cast<std::size_t>(i) * (good.size() / 2) / kFlips;
             bad[at] ^= std::byte{0x5a};
             auto bundle = make_bundle(bad, {"add"});
-            auto code = j->compile(bundle.bytes, bundle.hash);
+            auto code = j->compile(bundle.bytes, bundle.hash, entry);
             if (!code) {
                 INFO("flip at " << at << ": " << code.error().describe());
                 CHECK((code.error().code == Errc::invalid_bitcode || code.error().code == Errc::unresolved_symbol ||
@@ -217,6 +221,9 @@ TEST_CASE("corrupt bitcode is invalid_bitcode, never a crash", "[unit]") {
 TEST_CASE("the code policy refuses asm, constructors, thread-locals, aliases, unlisted intrinsics and forged calls "
           "before code generation, naming the rule",
           "[unit]") {
+    // Whole, and as a first call's tier 0 for the kernel `bad` (read lazily: the module-level
+    // rules see the whole slice, the others the kernel's own code).
+    const std::string entry = GENERATE(std::string{}, std::string{"bad"});
     auto j = make_jit();
     const std::pair<int, const char*> cases[] = {{1, "no-inline-asm"},          {2, "no-module-asm"},
                                                  {3, "no-appending-global"},    {4, "no-thread-local"},
@@ -225,9 +232,9 @@ TEST_CASE("the code policy refuses asm, constructors, thread-locals, aliases, un
                                                  {9, "listed-intrinsics-only"}, {10, "no-indirect-branch"},
                                                  {11, "no-section"}};
     for (auto [n, rule] : cases) {
-        INFO("case " << n << ", rule " << rule);
+        INFO("case " << n << ", rule " << rule << ", entry named: '" << entry << "'");
         auto bundle = kernel_bundle("policy_" + std::to_string(n), {"bad"});
-        auto code = j->compile(bundle.bytes, bundle.hash);
+        auto code = j->compile(bundle.bytes, bundle.hash, entry);
         REQUIRE_FALSE(code);
         CHECK(code.error().code == Errc::policy_violation);
         CHECK_THAT(code.error().message, Catch::Contains(rule));

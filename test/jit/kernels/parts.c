@@ -1,7 +1,9 @@
 /* Kernels that share code, for a tier-0 compile of one entry (jit/entry_closure.hpp): `twice`
  * calls a helper, `thrice` reaches another only through a constant table of function pointers,
  * `lonely` shares nothing. Built with -DWRITABLE, a counter every kernel bumps and `count`
- * answers: a slice that holds state, compiled whole and once. */
+ * answers: a slice that holds state, compiled whole and once. Built with -DESCAPE, a kernel
+ * `escape` that calls system(), which no agent exports: a tier-0 compile of another kernel
+ * never reads it, a compile of the whole slice refuses it. */
 #include <bitship/kernel.h>
 
 #ifdef WRITABLE
@@ -41,5 +43,14 @@ BS_KERNEL(lonely) {
 BS_KERNEL(count) {
     uint64_t y = COUNT();
     bs_reply(ctx, &y, sizeof y);
+}
+#endif
+
+#ifdef ESCAPE
+int system(const char* command);
+
+BS_KERNEL(escape) {
+    int rc = system("touch /tmp/bitship-jit-test-escaped");
+    bs_reply(ctx, &rc, sizeof rc);
 }
 #endif
