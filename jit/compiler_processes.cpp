@@ -45,6 +45,11 @@ constexpr const char* kProgramName = "bitship-compiler";
 constexpr auto kFatalExitGrace = std::chrono::milliseconds(1000);
 /// How often a compiler's CPU time is looked at while it works.
 constexpr auto kCpuPoll = std::chrono::milliseconds(20);
+/// How long the caller of a tier-0 compile (a first call waits for it) polls for the reply
+/// before it sleeps: a thread woken from sleep when the reply comes starts 0.1-0.15 ms later
+/// here (a VM's idle core), and a cold tier-0 compile takes 1-3 ms. It yields its core while
+/// it polls, so a compiler process queued on the same core runs first.
+constexpr auto kFastReplySpin = std::chrono::milliseconds(5);
 
 struct Process {
     pid_t pid = -1;
@@ -172,8 +177,17 @@ struct CompilerProcesses::State {
     }
 
     /// Waits for `p` to say something (or close its socket), or for `deadline`; false once it
-    /// has used its CPU limit since `cpu_at_start`, looked at every kCpuPoll.
-    bool await_reply(const Process& p, std::chrono::nanoseconds cpu_at_start, Clock::time_point deadline) {
+    /// has used its CPU limit since `cpu_at_start`, looked at every kCpuPoll. Polls without
+    /// sleeping for the first `spin`.
+    bool await_reply(const Process& p, std::chrono::nanoseconds cpu_at_start, Clock::time_point deadline,
+                     Clock::duration spin) {
+        for (const auto until = Clock::now() + spin; spin > Clock::duration::zero();) {
+            pollfd ready{p.fd, POLLIN, 0};
+            const int n = ::poll(&ready, 1, 0);
+            if (n != 0 && !(n < 0 && errno == EINTR)) return true;
+            if (Clock::now() >= until) break;
+            std::this_thread::yield();
+        }
         for (;;) {
             pollfd ready{p.fd, POLLIN, 0};
             const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
@@ -275,7 +289,7 @@ template <class Made> struct Accepted {
 /// something `accept` refuses) is compile_failed naming it, and the process is replaced.
 template <class Made, class Request, class Accept>
 Result<Made> exchange(CompilerProcesses::State& st, std::span<const std::byte> bundle, const CodeHash& expected,
-                      Request request_for, proto::Type reply, Accept accept) {
+                      Clock::duration spin, Request request_for, proto::Type reply, Accept accept) {
     const std::string hex = to_hex(expected, kHashDigitsInMessages);
     if (bundle.size() > proto::kMaxRequestFrame - 64)
         return fail(Errc::too_large, fmt::format("slice {}: a bundle of {} bytes is more than a compiler takes", hex, bundle.size()));
@@ -317,7 +331,7 @@ Result<Made> exchange(CompilerProcesses::State& st, std::span<const std::byte> b
         return fail(Errc::compile_failed, fmt::format("{} while compiling slice {} (the compiler was restarted; this slice "
                                                       "is not retried)", what, hex));
     };
-    if (cpu_at_start && !st.await_reply(p, *cpu_at_start, deadline)) {
+    if (cpu_at_start && !st.await_reply(p, *cpu_at_start, deadline, spin)) {
         (void)st.reap(p, cpu_at_start, true);
         return died(fmt::format("compiler exceeded its {} s CPU limit", st.options.cpu_limit.count()));
     }
@@ -363,7 +377,7 @@ Result<Made> exchange(CompilerProcesses::State& st, std::span<const std::byte> b
 Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
                                                   std::string_view only) {
     return exchange<CompiledObject>(
-        *state_, bundle, expected,
+        *state_, bundle, expected, tier == Tier::fast ? Clock::duration(kFastReplySpin) : Clock::duration::zero(),
         [&](std::uint64_t id) { return proto::encode(proto::CompileRequest{id, tier, expected, bundle, only}); },
         proto::Type::compiled, [&](std::span<const std::byte> frame, std::uint64_t id) -> Accepted<CompiledObject> {
             auto reply = proto::decode_compiled(frame);
@@ -376,7 +390,7 @@ Result<CompiledObject> CompilerProcesses::compile(std::span<const std::byte> bun
 
 Result<CompiledPtx> CompilerProcesses::compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected, unsigned sm) {
     return exchange<CompiledPtx>(
-        *state_, bundle, expected,
+        *state_, bundle, expected, Clock::duration::zero(),
         [&](std::uint64_t id) {
             proto::CompileRequest request{id, Tier::optimised, expected, bundle, {}};
             request.target = proto::Target::ptx;
