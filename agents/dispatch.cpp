@@ -159,6 +159,9 @@ void Agent::Impl::run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<co
         // The tier 0 made for another kernel of the slice: the slice is compiled whole.
         if (code->left_out(r->run.entry)) {
             counters.left_out_calls.fetch_add(1, std::memory_order_relaxed);
+            spdlog::debug("call {}: kernel '{}' is left out of the tier-{} part of {}; the slice is compiled whole{}", r->id,
+                          r->run.entry, code->stats().tier, to_hex(r->run.hash, 16),
+                          completing.contains(r->run.hash) ? " (joining the compile under way)" : "");
             start_compile(std::move(r), std::move(code));
             return;
         }

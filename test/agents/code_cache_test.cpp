@@ -155,10 +155,11 @@ TEST_CASE("a restarted agent links the optimised object from its disk cache, com
 TEST_CASE("first calls to three kernels of one bundle: the first compile holds one, the slice is then compiled whole once",
           "[integration]") {
     auto tl = GENERATE(as<std::string>{}, "tcp", "shm");
-    AgentProcess agent(tl);
+    // At debug level the agent logs each call it finds left out (dispatch.cpp).
+    AgentProcess agent(tl, {"--log-level", "debug"});
     auto client = make_client(tl);
     auto target = client.connect(agent.address());
-    INFO(agent.log());
+    INFO(tl << "\n" << agent.log());
     REQUIRE(target);
     // Sent together: the later calls arrive while the first one's compile runs, or just after
     // it (each may have to send the code first), long before tier 1 is in. They find their
@@ -176,6 +177,7 @@ TEST_CASE("first calls to three kernels of one bundle: the first compile holds o
     CHECK(*q == 81);
     CHECK(*e == 77);
     auto c = agent_counters(client, *target);
+    INFO("after the calls:\n" << agent.log());
     CHECK(c["compile_failures"] == 0);
     CHECK(c["partial_compiles"] == 1);
     CHECK(c["left_out_calls"] >= 1);
