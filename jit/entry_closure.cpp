@@ -28,8 +28,8 @@ public:
             llvm::GlobalValue* g = work_.pop_back_val();
             if (auto* f = llvm::dyn_cast<llvm::Function>(g)) {
                 if (auto err = f->materialize()) return err;
-                // A personality function, prefix or prologue data (the code policy refuses
-                // them, after this: what is kept must not refer to what goes).
+                // Its personality function, prefix or prologue data (which the code policy
+                // refuses): what is kept must not refer to what goes, whatever it holds.
                 for (llvm::Value* operand : f->operands()) operand_of_code(operand);
                 for (auto& inst : llvm::instructions(*f))
                     for (llvm::Value* operand : inst.operands()) operand_of_code(operand);
