@@ -193,8 +193,11 @@ struct Agent::Impl {
     // call whose kernel the first left out. Apart, because the first one's code may already be
     // cached (found by new calls) before its waiting calls are run: a call it left out must
     // then wait for the whole slice, not for the first compile's end.
-    std::unordered_map<CodeHash, std::vector<std::shared_ptr<RunRequest>>, CodeHashHasher> compiling;
-    std::unordered_map<CodeHash, std::vector<std::shared_ptr<RunRequest>>, CodeHashHasher> completing;
+    using WaitingCalls = std::unordered_map<CodeHash, std::vector<std::shared_ptr<RunRequest>>, CodeHashHasher>;
+    WaitingCalls compiling;
+    WaitingCalls completing;
+    /// `completing` for a compile of the whole slice, else `compiling`.
+    WaitingCalls& waiting_for(bool whole) { return whole ? completing : compiling; }
     // The same for GPU code, by (hash, GPU): a PTX compile and module load under way.
     std::map<std::pair<CodeHash, unsigned>, std::vector<std::shared_ptr<RunRequest>>> gpu_compiling;
     std::map<std::string, Link> links;

@@ -111,7 +111,7 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
 void Agent::Impl::start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> held) {
     auto hash = r->run.hash;
     const bool whole = held != nullptr; // completing the slice `held` holds a part of
-    auto [waiting, first] = (whole ? completing : compiling).try_emplace(hash);
+    auto [waiting, first] = waiting_for(whole).try_emplace(hash);
     waiting->second.push_back(r);
     if (!first) return; // it runs on the code of the compile under way
     // Compiling takes milliseconds: it runs as a job, never while progressing UCX. The call's
@@ -128,7 +128,7 @@ void Agent::Impl::start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<c
 }
 
 void Agent::Impl::on_compiled(const CodeHash& hash, bool whole, Result<std::shared_ptr<const jit::CompiledCode>> code) {
-    auto node = (whole ? completing : compiling).extract(hash);
+    auto node = waiting_for(whole).extract(hash);
     if (node.empty()) return;
     auto waiting = std::move(node.mapped());
     if (!code) {
