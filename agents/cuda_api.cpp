@@ -11,11 +11,11 @@ namespace {
 /// Missing entry points named in the message before "and N more".
 constexpr std::size_t kMissingNamed = 3;
 
-Error no_driver(const std::string& library, const std::string& why) {
+} // namespace
+
+Error cuda::no_driver(const std::string& library, const std::string& why) {
     return Error{Errc::no_device, fmt::format("no CUDA driver: {}: {}", library, why)};
 }
-
-} // namespace
 
 Result<std::shared_ptr<const CudaApi>> CudaApi::load(const std::string& library) {
     void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -24,12 +24,12 @@ Result<std::shared_ptr<const CudaApi>> CudaApi::load(const std::string& library)
         std::string why = said != nullptr ? said : "dlopen failed";
         if (why.starts_with(library + ": "))
             why.erase(0, library.size() + 2); // dlerror names it too
-        return tl::make_unexpected(no_driver(library, why));
+        return tl::make_unexpected(cuda::no_driver(library, why));
     }
     // Closed only on failure: once cuInit has run, the driver's threads live in the library.
     auto fail = [&](const std::string& why) {
         ::dlclose(handle);
-        return tl::make_unexpected(no_driver(library, why));
+        return tl::make_unexpected(cuda::no_driver(library, why));
     };
 
     auto api = std::make_shared<CudaApi>();

@@ -116,6 +116,12 @@ inline constexpr unsigned kStreamNonBlocking = 0x1;        // CU_STREAM_NON_BLOC
 inline constexpr unsigned kEventDisableTiming = 0x2;       // CU_EVENT_DISABLE_TIMING
 inline constexpr unsigned kMemHostRegisterPortable = 0x01; // CU_MEMHOSTREGISTER_PORTABLE
 
+/// Room for a device's name from cuDeviceGetName (cuda.h documents no limit; 256 with its NUL).
+inline constexpr int kDeviceNameLength = 256;
+
+/// The error for a driver that cannot be used: `library`, and why not.
+Error no_driver(const std::string& library, const std::string& why);
+
 } // namespace cuda
 
 /// The driver entry points the agent uses. Members are named as the API documents them; where

@@ -3,16 +3,6 @@
 #include <fmt/format.h>
 
 namespace bitship::agent {
-namespace {
-
-constexpr int kNameLength = 256;
-
-Error no_driver(const std::string& library, const std::string& why) {
-    return Error{Errc::no_device, fmt::format("no CUDA driver: {}: {}", library, why)};
-}
-
-} // namespace
-
 Result<CudaDriver> load_cuda_driver(const std::string& library) {
     auto api = CudaApi::load(library);
     if (!api) return tl::make_unexpected(api.error());
@@ -20,19 +10,19 @@ Result<CudaDriver> load_cuda_driver(const std::string& library) {
 
     CudaDriver out;
     if (int r = cu.cuDriverGetVersion(&out.version); r != cuda::kSuccess)
-        return tl::make_unexpected(no_driver(library, "cuDriverGetVersion failed: " + cu.said(r)));
+        return tl::make_unexpected(cuda::no_driver(library, "cuDriverGetVersion failed: " + cu.said(r)));
     int n = 0;
     if (int r = cu.cuDeviceGetCount(&n); r != cuda::kSuccess)
-        return tl::make_unexpected(no_driver(library, "cuDeviceGetCount failed: " + cu.said(r)));
+        return tl::make_unexpected(cuda::no_driver(library, "cuDeviceGetCount failed: " + cu.said(r)));
     for (int i = 0; i < n; ++i) {
         cuda::CUdevice dev = 0;
         if (int r = cu.cuDeviceGet(&dev, i); r != cuda::kSuccess)
-            return tl::make_unexpected(no_driver(library, fmt::format("cuDeviceGet({}) failed: {}", i, cu.said(r))));
+            return tl::make_unexpected(cuda::no_driver(library, fmt::format("cuDeviceGet({}) failed: {}", i, cu.said(r))));
         CudaDevice d;
         d.ordinal = i;
         // What a device does not say stays 0 or empty: the listing is informational.
-        char text[kNameLength] = {};
-        if (cu.cuDeviceGetName(text, kNameLength - 1, dev) == cuda::kSuccess) d.name = text;
+        char text[cuda::kDeviceNameLength] = {};
+        if (cu.cuDeviceGetName(text, cuda::kDeviceNameLength - 1, dev) == cuda::kSuccess) d.name = text;
         cu.cuDeviceGetAttribute(&d.cc_major, cuda::kAttrComputeCapabilityMajor, dev);
         cu.cuDeviceGetAttribute(&d.cc_minor, cuda::kAttrComputeCapabilityMinor, dev);
         cu.cuDeviceGetAttribute(&d.multiprocessors, cuda::kAttrMultiprocessorCount, dev);

@@ -35,9 +35,7 @@ constexpr auto kMaxPollSleep = 100us;
 /// default_geometry(): threads a block and blocks per multiprocessor.
 constexpr unsigned kDefaultBlockThreads = 256;
 constexpr unsigned kDefaultBlocksPerMultiprocessor = 8;
-constexpr int kNameLength = 256;
 constexpr int kBusIdLength = 32; ///< "0000:3B:00.0" and its NUL, with room
-constexpr std::size_t kHashDigits = 12;
 
 void cpu_pause() noexcept {
 #if defined(__x86_64__) || defined(__i386__)
@@ -158,7 +156,7 @@ Result<void> GpuDevice::Impl::load(const CodeHash& hash, Module& module) {
     log.resize(::strnlen(log.data(), log.size()));
     while (!log.empty() && (log.back() == '\n' || log.back() == ' '))
         log.pop_back();
-    auto error = failed(fmt::format("loading the PTX of module {}", to_hex(hash, kHashDigits)), r,
+    auto error = failed(fmt::format("loading the PTX of module {}", to_hex(hash, kHashDigitsInMessages)), r,
                         Errc::compile_failed);
     if (!log.empty()) error.message += ": " + log;
     return tl::make_unexpected(std::move(error));
@@ -168,7 +166,7 @@ Result<cuda::CUfunction> GpuDevice::Impl::function(const CodeHash& hash, std::st
     auto m = modules.find(hash);
     if (m == modules.end())
         return fail(Errc::entry_not_found,
-                    fmt::format("{}: module {} is not loaded", where, to_hex(hash, kHashDigits)));
+                    fmt::format("{}: module {} is not loaded", where, to_hex(hash, kHashDigitsInMessages)));
     Module& module = m->second;
     if (auto f = module.functions.find(entry); f != module.functions.end()) return f->second;
     cuda::CUfunction f = nullptr;
@@ -177,7 +175,7 @@ Result<cuda::CUfunction> GpuDevice::Impl::function(const CodeHash& hash, std::st
         if (r == cuda::kErrorNotFound)
             return fail(Errc::entry_not_found,
                         fmt::format("{}: module {} has no kernel '{}'", where,
-                                    to_hex(hash, kHashDigits), entry));
+                                    to_hex(hash, kHashDigitsInMessages), entry));
         return tl::make_unexpected(failed(fmt::format("cuModuleGetFunction('{}')", entry), r));
     }
     module.functions.emplace(name, f);
@@ -270,8 +268,8 @@ Result<std::unique_ptr<GpuDevice>> GpuDevice::open(std::shared_ptr<const CudaApi
     // 1. The device and what it can do.
     if (CUresult r = cu.cuDeviceGet(&impl->device, ordinal); r != cuda::kSuccess)
         return refused("cuDeviceGet", r);
-    char name[kNameLength] = {};
-    if (CUresult r = cu.cuDeviceGetName(name, kNameLength - 1, impl->device); r != cuda::kSuccess)
+    char name[cuda::kDeviceNameLength] = {};
+    if (CUresult r = cu.cuDeviceGetName(name, cuda::kDeviceNameLength - 1, impl->device); r != cuda::kSuccess)
         return refused("cuDeviceGetName", r);
     impl->name = name;
     char bus_id[kBusIdLength] = {};

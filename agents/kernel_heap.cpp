@@ -7,6 +7,8 @@
 #include <bit>
 #include <cstring>
 
+#include "page_size.hpp"
+
 namespace bitship::agent {
 namespace {
 
@@ -16,7 +18,6 @@ namespace {
 constexpr std::size_t kHeader = 16;
 constexpr std::size_t kAlign = 16;
 constexpr std::size_t kMinBlock = 32; // header + a free list link, rounded to kAlign
-constexpr std::size_t kPage = 4096;
 constexpr std::uint32_t kLargeClass = 0xffff'ffffU;
 constexpr std::uint32_t kLiveTag = 0x6b68'6c76U; // "khlv"
 constexpr std::uint32_t kFreeTag = 0x6b68'6672U; // "khfr"
@@ -63,8 +64,6 @@ inline std::uint64_t load64(const std::byte* p) noexcept {
 inline void store64(std::byte* p, std::uint64_t v) noexcept {
     __atomic_store_n(reinterpret_cast<std::uint64_t*>(p), v, __ATOMIC_RELAXED);
 }
-
-constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) & ~(to - 1); }
 
 } // namespace
 

@@ -17,7 +17,6 @@ namespace {
 // Agent counters that are levels, not running totals: the last compile's stage times, in ns.
 bool is_gauge(std::string_view counter) { return counter.starts_with("last_"); }
 
-constexpr std::size_t kHashDigits = 16; // as the logs print hashes
 
 struct Writer {
     std::string out;
@@ -88,7 +87,7 @@ std::string render_prometheus(const Agent& agent) {
 
     auto stats = agent.kernel_stats();
     auto kernel_labels = [](const wire::KernelStat& k) {
-        return fmt::format("hash=\"{}\",entry=\"{}\"", to_hex(k.hash, kHashDigits), prometheus_label(k.entry));
+        return fmt::format("hash=\"{}\",entry=\"{}\"", to_hex(k.hash, kHashDigitsInMessages), prometheus_label(k.entry));
     };
     w.family("bitship_kernel_calls_total", "counter", "Calls of a kernel this agent answered.");
     for (const auto& k : stats.kernels) w.sample("bitship_kernel_calls_total", kernel_labels(k), k.calls);

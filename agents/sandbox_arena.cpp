@@ -11,13 +11,13 @@
 #include <fmt/format.h>
 
 #include "kernel_heap.hpp"
+#include "page_size.hpp"
 
 namespace bitship::agent {
 namespace {
 
 constexpr std::size_t kGranule = std::size_t{2} << 20; // guards, regions and area parts
 constexpr std::size_t kTopGuard = std::size_t{64} << 10;
-constexpr std::size_t kPage = 4096;
 constexpr std::size_t kCodeGuard = kGranule;           // between the arena's end and the code zone
 constexpr std::size_t kCodeReach = std::size_t{2} << 30; // PC-relative reach of code model small
 constexpr unsigned kMinSizeLog2 = 26;                  // 64 MiB
@@ -25,7 +25,6 @@ constexpr unsigned kMaxSizeLog2 = 46;                  // 64 TiB: half of x86-64
 // Room left above the unsafe stack's top (the first frame's alignment slack).
 constexpr std::size_t kStackHeadroom = 64;
 
-constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
 constexpr std::size_t mib(std::size_t bytes) noexcept { return bytes >> 20; }
 
 std::atomic<std::uint64_t> g_next_arena_id{1};

@@ -23,7 +23,6 @@ constexpr std::string_view kObjectExtension = ".obj";
 constexpr std::string_view kPtxPrefix = ".sm";
 constexpr std::string_view kPtxExtension = ".ptx";
 constexpr std::size_t kHexDigits = 64;
-constexpr std::size_t kHashDigitsInMessages = 16;
 /// A PTX file's sm has at most this many digits (sm_1000 would be compute capability 100.0).
 constexpr std::size_t kMaxSmDigits = 3;
 

@@ -46,8 +46,6 @@ namespace {
 namespace orc = llvm::orc;
 using Clock = std::chrono::steady_clock;
 
-constexpr std::size_t kHashDigitsInMessages = 16;
-
 llvm::CodeGenOptLevel codegen_level(unsigned opt_level) {
     switch (opt_level) {
     case 0: return llvm::CodeGenOptLevel::None;

@@ -32,7 +32,6 @@ namespace proto = compiler_protocol;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr std::size_t kHashDigitsInMessages = 16;
 /// LLVM's initialisation and the warm-up compiles; generous for a loaded machine or an emulator.
 constexpr auto kStartTimeout = std::chrono::seconds(120);
 /// The wall-clock deadline of a compile: its CPU limit times kWallPerCpu, and at least the CPU

@@ -50,7 +50,6 @@ namespace orc = llvm::orc;
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kRuntimeDylib = "bitship.runtime";
-constexpr std::size_t kHashDigitsInMessages = 16;
 
 /// What happened while an object was linked (the memory it took, link errors), filed under
 /// its JITDylib's name (unique per compile) and collected by the compile that added it. Linking

@@ -29,7 +29,6 @@ namespace {
 
 constexpr unsigned kMaxOptLevel = 3;
 constexpr unsigned kMaxTiers = 2;
-constexpr std::size_t kHashDigitsInMessages = 16;
 constexpr unsigned kMibShift = 20;
 
 /// One compiled slice in its own JITDylib; the entries were resolved at compile time, so

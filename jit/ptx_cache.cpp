@@ -16,10 +16,9 @@
 namespace bitship::jit {
 namespace {
 
-constexpr std::size_t kHashDigitsInMessages = 16;
 /// The header line's first words, and its format version: another version is refused and remade.
 constexpr std::string_view kComment = "//";
-constexpr std::string_view kMagic = "bitship-ptx";
+constexpr std::string_view kHeaderMagic = "bitship-ptx";
 constexpr std::string_view kFormat = "2";
 /// "//" "bitship-ptx" <format> "llvm" <version> "sm_<N>" "libdevice" <id> "slice" <hex> "digest" <hex>
 constexpr std::size_t kHeaderWords = 12;
@@ -49,7 +48,7 @@ std::string libdevice_id(std::span<const std::byte> libdevice) {
 }
 
 std::string encode_ptx_file(std::string_view ptx, const CodeHash& hash, unsigned sm, std::string_view libdevice) {
-    std::string out = fmt::format("{} {} {} llvm {} sm_{} libdevice {} slice {} digest {}\n", kComment, kMagic, kFormat,
+    std::string out = fmt::format("{} {} {} llvm {} sm_{} libdevice {} slice {} digest {}\n", kComment, kHeaderMagic, kFormat,
                                   to_string(host().llvm), sm, libdevice, to_hex(hash), digest_of(ptx));
     out.append(ptx);
     return out;
@@ -60,9 +59,9 @@ Result<std::string> decode_ptx_file(std::string_view file, const CodeHash& hash,
     if (newline == std::string_view::npos) return fail(Errc::malformed_bundle, "PTX file: no header line");
     const auto w = words(file.substr(0, newline));
     const std::string_view ptx = file.substr(newline + 1);
-    if (w.size() >= 3 && w[0] == kComment && w[1] == kMagic && w[2] != kFormat)
+    if (w.size() >= 3 && w[0] == kComment && w[1] == kHeaderMagic && w[2] != kFormat)
         return fail(Errc::malformed_bundle, fmt::format("PTX file: format {} (this agent writes {})", w[2], kFormat));
-    if (w.size() != kHeaderWords || w[0] != kComment || w[1] != kMagic || w[3] != "llvm" || w[6] != "libdevice" ||
+    if (w.size() != kHeaderWords || w[0] != kComment || w[1] != kHeaderMagic || w[3] != "llvm" || w[6] != "libdevice" ||
         w[8] != "slice" || w[10] != "digest")
         return fail(Errc::malformed_bundle, "PTX file: not a bitship PTX file (its header line)");
     if (const std::string ours = to_string(host().llvm); w[4] != ours)

@@ -8,9 +8,6 @@
 #include "jit.hpp"
 
 namespace bitship::jit {
-namespace {
-constexpr std::size_t kHashDigitsInMessages = 16;
-} // namespace
 
 Result<CheckedSlice> check_slice(std::span<const std::byte> bundle, const CodeHash& expected, SliceTarget target) {
     const HostInfo& me = host();

@@ -11,20 +11,9 @@
 #include <xrdma_kernels.hpp>
 
 #include "come_back.hpp"
+#include "region_io.hpp"
 
 namespace bitship::xrdma {
-namespace {
-
-constexpr std::size_t kPutChunk = 4u << 20; // bytes per RDMA PUT while loading
-
-Bytes pack(const bs_chase_args& a) {
-    Bytes b(sizeof a);
-    std::memcpy(b.data(), &a, sizeof a);
-    return b;
-}
-
-} // namespace
-
 ChaseList ChaseList::make(unsigned agents, std::uint64_t nodes_per_agent, std::uint64_t seed) {
     ChaseList list;
     list.per_agent_ = nodes_per_agent;
@@ -75,25 +64,9 @@ Result<void> Chase::load(const ChaseList& list) {
         return fail(Errc::invalid_argument, fmt::format("list is for {} agents, chase has {}", list.agents(), agents_.size()));
     // The agent's region was zeroed at creation and the PUTs write every byte of the shard, so
     // its pages are touched before any strategy is timed.
-    std::vector<Future> puts;
-    for (unsigned a = 0; a < list.agents(); ++a) {
-        const auto& shard = list.shard(a);
-        auto bytes = std::as_bytes(std::span(shard));
-        if (bytes.size() > regions_[a].size)
-            return fail(Errc::out_of_bounds, fmt::format("shard of {} bytes does not fit region '{}' ({} bytes) of agent {}",
-                                                         bytes.size(), regions_[a].name, regions_[a].size, agents_[a].info().address));
-        for (std::size_t at = 0; at < bytes.size(); at += kPutChunk) {
-            auto chunk = bytes.subspan(at, std::min(kPutChunk, bytes.size() - at));
-            puts.push_back(client_->put(regions_[a], at, Bytes(chunk.begin(), chunk.end())));
-            if (puts.size() >= 8) { // bound the memory held in flight
-                for (auto& f : puts)
-                    if (auto r = f.get(); !r) return tl::make_unexpected(r.error());
-                puts.clear();
-            }
-        }
-    }
-    for (auto& f : puts)
-        if (auto r = f.get(); !r) return tl::make_unexpected(r.error());
+    for (unsigned a = 0; a < list.agents(); ++a)
+        if (auto r = fill_region(*client_, regions_[a], std::as_bytes(std::span(list.shard(a))), agents_[a].info()); !r)
+            return r;
     return {};
 }
 
@@ -113,12 +86,12 @@ Future Chase::start(Strategy strategy, std::uint64_t start, std::uint64_t depth)
         Bytes suffix(sizeof come_back);
         std::memcpy(suffix.data(), &come_back, sizeof come_back);
         static_assert(sizeof(bs_chase_come_back) == sizeof(bs_chase_args) + sizeof come_back);
-        return come_back_walk(*client_, xrdma_kernels::chase, agents_, pack(args),
+        return come_back_walk(*client_, xrdma_kernels::chase, agents_, bytes_of(args),
                               {sizeof(bs_chase_result), sizeof(bs_chase_args), offsetof(bs_chase_args, addr), std::move(suffix)});
     }
     switch (strategy) {
-    case Strategy::xrdma: return client_->ship_bytes(xrdma_kernels::chase, first, pack(args), options);
-    case Strategy::native: return client_->ship_native("chase", first, pack(args), options);
+    case Strategy::xrdma: return client_->ship_bytes(xrdma_kernels::chase, first, bytes_of(args), options);
+    case Strategy::native: return client_->ship_native("chase", first, bytes_of(args), options);
     case Strategy::get:
     case Strategy::reship: break;
     }

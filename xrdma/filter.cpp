@@ -13,8 +13,6 @@
 namespace bitship::xrdma {
 namespace {
 
-constexpr std::uint64_t kGetChunkItems = (1u << 20) / sizeof(std::uint64_t); // 1 MiB per GET
-
 Bytes concatenate(std::vector<Bytes>& parts) {
     std::size_t n = 0;
     for (const auto& p : parts) n += p.size();
@@ -68,7 +66,7 @@ Future Filter::start(Strategy strategy, std::uint32_t threshold, std::uint64_t f
     std::vector<Future> parts;
     if (strategy == Strategy::get) {
         for (const auto& p : *pieces)
-            for (auto& f : array_.get(p, kGetChunkItems)) parts.push_back(std::move(f));
+            for (auto& f : array_.get(p)) parts.push_back(std::move(f));
         return Future::join(std::move(parts), [threshold](std::vector<Bytes>& chunks) -> Result<Bytes> {
             Bytes out;
             for (const auto& c : chunks) {

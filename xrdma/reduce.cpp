@@ -12,8 +12,6 @@
 namespace bitship::xrdma {
 namespace {
 
-constexpr std::uint64_t kGetChunkItems = (1u << 20) / sizeof(std::uint64_t); // 1 MiB per GET
-
 Result<bs_reduce_result> result_of(const Bytes& b) {
     if (b.size() != sizeof(bs_reduce_result))
         return fail(Errc::malformed_message,
@@ -80,7 +78,7 @@ Future Reduce::start(Strategy strategy, ReduceKind kind, std::uint64_t first, st
     std::vector<Future> parts;
     if (strategy == Strategy::get) {
         for (const auto& p : *pieces)
-            for (auto& f : array_.get(p, kGetChunkItems)) parts.push_back(std::move(f));
+            for (auto& f : array_.get(p)) parts.push_back(std::move(f));
         return Future::join(std::move(parts), [kind](std::vector<Bytes>& chunks) -> Result<Bytes> {
             bs_reduce_result r = local(kind, {});
             for (const auto& c : chunks) {

@@ -58,8 +58,11 @@ public:
     /// out_of_bounds naming the range when it is not inside the array.
     [[nodiscard]] Result<std::vector<ArrayPiece>> pieces(std::uint64_t first, std::uint64_t count) const;
 
+    /// Items per GET the operations' fetching strategies ask for: 1 MiB.
+    static constexpr std::uint64_t kGetChunkItems = (1u << 20) / sizeof(std::uint64_t);
+
     /// One-sided GETs of a piece's items, at most `chunk_items` per GET, all sent at once.
-    [[nodiscard]] std::vector<Future> get(const ArrayPiece& piece, std::uint64_t chunk_items) const;
+    [[nodiscard]] std::vector<Future> get(const ArrayPiece& piece, std::uint64_t chunk_items = kGetChunkItems) const;
 
     [[nodiscard]] Client& client() const noexcept { return *client_; }
     [[nodiscard]] const std::vector<Target>& agents() const noexcept { return agents_; }

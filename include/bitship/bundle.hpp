@@ -35,6 +35,9 @@ CodeHash hash_code(std::span<const std::byte> bytes);
 /// Lower-case hex of a hash, or of its first `digits` hex digits.
 std::string to_hex(const CodeHash& hash, std::size_t digits = 64);
 
+/// How many hex digits of a code hash errors, logs and metrics print: enough to tell hashes apart.
+inline constexpr std::size_t kHashDigitsInMessages = 16;
+
 /// An LLVM version as major.minor.patch.
 struct LlvmVersion {
     std::uint16_t major = 0, minor = 0, patch = 0;
