@@ -3,7 +3,7 @@
 # under concurrent calls, concurrent first compiles, eviction), and the agent tests where
 # threads meet: several callers waiting and leading progress in turn, a long kernel handing
 # progress to the engine's thread (and the pool's workers' answers gathered for it), concurrent first calls to one bundle, eviction under calls;
-# and the in-flight ledger's holds, let go on many threads.
+# the in-flight ledger's holds, let go on many threads; and the progress token passed between threads.
 # Their xagent and bitship-compiler processes are built the same way; every process writes its
 # reports under one directory, and any report fails this script (UCX and LLVM are not
 # instrumented: what happens inside them is not seen, their locks and threads are).
@@ -15,14 +15,14 @@ cd "$(dirname "$0")/.."
 export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan --target jit_test core_test agents_tsan_test xagent bitship-compiler
+cmake --build --preset tsan --target jit_test core_tsan_test agents_tsan_test xagent bitship-compiler
 reports=$(mktemp -d /tmp/bitship-tsan-XXXXXX)
 export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:log_path=$reports/report"
 
 status=0
 build-tsan/test/jit/jit_test --warn NoTests || status=1
-# Holds of the in-flight ledger, given back on many threads.
-build-tsan/test/core/core_test --warn NoTests "[inflight]" || status=1
+# Holds of the in-flight ledger, given back on many threads; the progress token passed between them.
+build-tsan/test/core/core_tsan_test --warn NoTests || status=1
 # Catch splits a test spec at commas: each name is given by a prefix and '*'.
 for t in "4 client threads x 1000 ships*" \
          "a caller waiting on its future receives its result itself*" \

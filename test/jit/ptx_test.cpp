@@ -21,7 +21,6 @@
 #include <gpu_ops_kernels.hpp> // test/gpu's kernels, which run on the GPU machine
 #include <gpu_test_kernels.hpp>
 
-#include "jit_fixtures.hpp"
 #include "ptx_compile.hpp"
 
 namespace fs = std::filesystem;
@@ -47,7 +46,18 @@ std::span<const std::byte> nvptx_slice(BundleFn bundle = gpu_test_kernels::bundl
     return view->slices[*index].bitcode;
 }
 
-using jit_test::TempDir;
+struct TempDir {
+    fs::path path;
+    TempDir() {
+        std::string tmpl = (fs::temp_directory_path() / "bitship-ptx-XXXXXX").string();
+        REQUIRE(mkdtemp(tmpl.data()) != nullptr);
+        path = tmpl;
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path, ec);
+    }
+};
 
 void write_file(const fs::path& p, const std::string& text) {
     std::ofstream out(p, std::ios::binary);
