@@ -55,8 +55,11 @@ llvm::CodeGenOptLevel codegen_level(unsigned opt_level) {
     }
 }
 
+} // namespace
+
 /// TargetMachines are not safe to use from two threads at once (their subtarget caches
-/// mutate) and cost a little to build, so optimisation and codegen borrow one from here.
+/// mutate) and cost a little to build, so optimisation and codegen borrow one from here. (Not in
+/// the anonymous namespace: InProcessCompiler::State, declared in the header, holds two.)
 class TargetMachinePool {
 public:
     explicit TargetMachinePool(orc::JITTargetMachineBuilder builder) : builder_(std::move(builder)) {}
@@ -93,8 +96,6 @@ private:
     std::mutex mutex_;
     std::vector<std::unique_ptr<llvm::TargetMachine>> idle_;
 };
-
-} // namespace
 
 void init_native_target() {
     static std::once_flag once;

@@ -50,12 +50,6 @@ constexpr auto kCpuPoll = std::chrono::milliseconds(20);
 /// it polls, so a compiler process queued on the same core runs first.
 constexpr auto kFastReplySpin = std::chrono::milliseconds(5);
 
-struct Process {
-    pid_t pid = -1;
-    int fd = -1; // the agent's end of the socket
-    bool ready = false;
-};
-
 /// The CPU time `pid` has used so far (user + system), or nullopt.
 std::optional<std::chrono::nanoseconds> cpu_used(pid_t pid) {
     clockid_t clock{};
@@ -74,6 +68,14 @@ std::optional<std::size_t> address_space(pid_t pid) {
 }
 
 } // namespace
+
+/// One slot of the pool: a compiler process and the agent's end of its socket. (Not in the
+/// anonymous namespace: CompilerProcesses::State, declared in the header, holds them.)
+struct CompilerProcess {
+    pid_t pid = -1;
+    int fd = -1; // the agent's end of the socket
+    bool ready = false;
+};
 
 Result<std::filesystem::path> find_compiler_program(const std::filesystem::path& configured) {
     std::filesystem::path program = configured;
@@ -95,7 +97,7 @@ struct CompilerProcesses::State {
     std::vector<std::byte> hello; // the same for every process
     mutable std::mutex mutex;
     std::condition_variable freed;
-    std::vector<Process> slots;
+    std::vector<CompilerProcess> slots;
     std::vector<bool> busy;
     std::uint64_t next_id = 1;
     std::atomic<bool> warned_unconfined{false};
@@ -105,13 +107,13 @@ struct CompilerProcesses::State {
     }
 
     /// A new process in `p`, HELLO sent; READY is awaited by the first compile (await_ready).
-    Result<void> spawn(Process& p) {
+    Result<void> spawn(CompilerProcess& p) {
         // Its end of the socket on fd 3, stdin from /dev/null, stdout and stderr shared with the
         // agent (its log), and no other descriptor of the agent's (UCX sockets, files).
         auto child = spawn_with_socket({options.program.string()}, proto::kCompilerFd);
         if (!child) return tl::make_unexpected(child.error());
         const std::string program = options.program.string();
-        p = Process{child->pid, child->fd, false};
+        p = CompilerProcess{child->pid, child->fd, false};
         if (auto sent = proto::write_frame(p.fd, hello); !sent) {
             auto why = reap(p);
             return fail(Errc::io_error, fmt::format("{} did not take its start-up message ({})", program, why));
@@ -120,7 +122,7 @@ struct CompilerProcesses::State {
     }
 
     /// Waits for READY; then sets the address-space limit.
-    Result<void> await_ready(Process& p) {
+    Result<void> await_ready(CompilerProcess& p) {
         auto frame = proto::read_frame(p.fd, proto::kMaxReplyFrame, Clock::now() + kStartTimeout);
         auto failed = [&](std::string why) -> Result<void> {
             auto death = reap(p);
@@ -150,7 +152,7 @@ struct CompilerProcesses::State {
 
     /// Kills `p` if it still runs, reaps it, and says how it ended ("" when it exited cleanly).
     /// `cpu_at_start`: its CPU time when the current compile began, to tell a CPU-limit SIGKILL.
-    std::string reap(Process& p, std::optional<std::chrono::nanoseconds> cpu_at_start = std::nullopt,
+    std::string reap(CompilerProcess& p, std::optional<std::chrono::nanoseconds> cpu_at_start = std::nullopt,
                      bool killed_by_us = false, std::chrono::milliseconds grace = std::chrono::milliseconds(0)) {
         if (p.fd >= 0) ::close(p.fd);
         p.fd = -1;
@@ -178,7 +180,7 @@ struct CompilerProcesses::State {
     /// Waits for `p` to say something (or close its socket), or for `deadline`; false once it
     /// has used its CPU limit since `cpu_at_start`, looked at every kCpuPoll. Polls without
     /// sleeping for the first `spin`.
-    bool await_reply(const Process& p, std::chrono::nanoseconds cpu_at_start, Clock::time_point deadline,
+    bool await_reply(const CompilerProcess& p, std::chrono::nanoseconds cpu_at_start, Clock::time_point deadline,
                      Clock::duration spin) {
         for (const auto until = Clock::now() + spin; spin > Clock::duration::zero();) {
             pollfd ready{p.fd, POLLIN, 0};
@@ -198,7 +200,7 @@ struct CompilerProcesses::State {
         }
     }
 
-    void stop(Process& p) {
+    void stop(CompilerProcess& p) {
         if (p.pid >= 0) (void)reap(p);
     }
 
@@ -223,7 +225,7 @@ struct CompilerProcesses::State {
     }
 
     /// `p` alive and READY: replaced if it died while idle, started if it never was.
-    Result<void> ensure_ready(Process& p) {
+    Result<void> ensure_ready(CompilerProcess& p) {
         if (p.pid >= 0) {
             int status = 0;
             if (::waitpid(p.pid, &status, WNOHANG) == p.pid) {
@@ -242,7 +244,7 @@ struct CompilerProcesses::State {
 
     /// After a failure: the slot gets a fresh process at once (its start-up overlaps whatever
     /// comes next; the next compile there waits for its READY).
-    void restart(Process& p) {
+    void restart(CompilerProcess& p) {
         if (auto s = spawn(p); !s) spdlog::warn("jit: restarting a compiler process: {}", s.error().describe());
     }
 };
@@ -298,7 +300,7 @@ Result<Made> exchange(CompilerProcesses::State& st, std::span<const std::byte> b
         std::size_t slot;
         ~Release() { st.release(slot); }
     } release{st, slot};
-    Process& p = st.slots[slot];
+    CompilerProcess& p = st.slots[slot];
 
     std::uint64_t id = 0;
     {

@@ -27,7 +27,7 @@ TEST_CASE("a ledger with no limits holds nothing and refuses nothing", "[infligh
 }
 
 TEST_CASE("a peer past its message limit is refused until a hold is let go", "[inflight]") {
-    InflightLedger ledger({.per_peer = {0, 3}});
+    InflightLedger ledger({.per_peer = {0, 3}, .total = {}});
     std::vector<Hold> holds;
     for (int i = 0; i < 3; ++i) {
         auto h = ledger.admit(ep_named(1), 10);
@@ -49,7 +49,7 @@ TEST_CASE("a peer past its message limit is refused until a hold is let go", "[i
 
 TEST_CASE("a peer past its byte limit is refused, but one message alone always goes",
           "[inflight]") {
-    InflightLedger ledger({.per_peer = {100, 0}});
+    InflightLedger ledger({.per_peer = {100, 0}, .total = {}});
     {
         auto alone = ledger.admit(ep_named(1), 1000); // over the budget, but nothing else is held
         REQUIRE(alone);
@@ -72,7 +72,7 @@ TEST_CASE("a peer past its byte limit is refused, but one message alone always g
 }
 
 TEST_CASE("holds outlive a forgotten peer and may be let go on any thread", "[inflight]") {
-    InflightLedger ledger({.per_peer = {1 << 20, 1 << 20}});
+    InflightLedger ledger({.per_peer = {1 << 20, 1 << 20}, .total = {}});
     std::vector<Hold> holds;
     for (int i = 0; i < 1000; ++i)
         holds.push_back(std::move(*ledger.admit(ep_named(7), 8)));
@@ -95,7 +95,7 @@ TEST_CASE("holds outlive a forgotten peer and may be let go on any thread", "[in
 TEST_CASE("holds may outlive their ledger, and the last one frees the count", "[inflight]") {
     std::vector<Hold> holds;
     {
-        InflightLedger ledger({.per_peer = {0, 100}});
+        InflightLedger ledger({.per_peer = {0, 100}, .total = {}});
         for (int i = 0; i < 10; ++i)
             holds.push_back(std::move(*ledger.admit(ep_named(1), 16)));
         auto gone = ledger.admit(ep_named(2), 16); // a peer whose count the ledger frees at once
@@ -123,7 +123,7 @@ TEST_CASE("limits past what a peer's count can hold are clamped, never overflow"
 
 TEST_CASE("past the total across peers any peer is refused, but a small first message goes",
           "[inflight]") {
-    InflightLedger ledger({.total = {0, 4}});
+    InflightLedger ledger({.per_peer = {}, .total = {0, 4}});
     std::vector<Hold> holds;
     for (int i = 0; i < 4; ++i) // two peers fill the total
         holds.push_back(std::move(*ledger.admit(ep_named(1 + i % 2), 100)));
@@ -178,7 +178,7 @@ TEST_CASE("past the total in bytes any peer is refused, but one message alone al
 TEST_CASE("the total outlives its ledger while holds are out", "[inflight]") {
     std::vector<Hold> holds;
     {
-        InflightLedger ledger({.total = {0, 100}});
+        InflightLedger ledger({.per_peer = {}, .total = {0, 100}});
         for (int i = 0; i < 10; ++i)
             holds.push_back(std::move(*ledger.admit(ep_named(1 + i % 3), 16)));
         CHECK(ledger.held_by_all() == std::pair<std::uint64_t, std::uint64_t>{160, 10});
