@@ -14,6 +14,8 @@
 #include <load_kernels.hpp>
 #include <thread>
 
+namespace agent_load_test_cpp {
+
 using namespace bitship;
 using namespace std::chrono_literals;
 
@@ -171,3 +173,5 @@ TEST_CASE("a kernel whose last run was long has the engine's thread progress fro
     CHECK(handovers() - before_long >= 1);
     CHECK(handovers() - before_long <= 2);
 }
+
+}  // namespace agent_load_test_cpp

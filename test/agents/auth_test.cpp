@@ -26,6 +26,8 @@
 #include "launcher.hpp"
 #include "raw_peer.hpp"
 
+namespace auth_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::RawPeer;
@@ -515,3 +517,5 @@ TEST_CASE("code loaded from the disk cache after a restart keeps its author's si
     CHECK(c["code_received"] == 0); // the restarted agent took the code from its disk cache
     CHECK(c["need_code_sent"] == 0);
 }
+
+}  // namespace auth_test_cpp

@@ -18,6 +18,8 @@
 #include "core/wire.hpp"
 #include "raw_peer.hpp"
 
+namespace bad_input_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::RawPeer;
@@ -162,3 +164,5 @@ TEST_CASE("hand-made bad messages each get an error naming the problem", "[integ
     }
     agent_still_serves(transport, agent);
 }
+
+}  // namespace bad_input_test_cpp

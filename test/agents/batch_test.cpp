@@ -17,6 +17,8 @@
 #include "raw_peer.hpp"
 #include "test_support.hpp"
 
+namespace batch_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
@@ -174,3 +176,5 @@ TEST_CASE("a malformed BATCH is refused as a whole, naming why, and the agent se
     auto r = client.ship(behaviour_kernels::echo, *t, std::uint64_t{9}).get();
     REQUIRE(r);
 }
+
+}  // namespace batch_test_cpp

@@ -16,6 +16,8 @@
 #include "raw_peer.hpp"
 #include "test_support.hpp"
 
+namespace bulk_window_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
@@ -196,3 +198,5 @@ TEST_CASE("a draining agent opens no bulk window: it is going, and the window's 
     REQUIRE_FALSE(finished);
     CHECK(finished.error().code == Errc::kernel_timeout); // answered, not dropped
 }
+
+}  // namespace bulk_window_test_cpp

@@ -18,6 +18,8 @@
 #include "launcher.hpp"
 #include "test_support.hpp"
 
+namespace call_group_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
@@ -270,3 +272,5 @@ TEST_CASE("a drain or a stop in the middle of a long group runs none of its call
         CHECK(group.wait_for(std::chrono::seconds(10)));
     }
 }
+
+}  // namespace call_group_test_cpp

@@ -7,6 +7,8 @@
 #include "launcher.hpp"
 #include "topology.hpp"
 
+namespace capabilities_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using namespace std::chrono_literals;
@@ -62,3 +64,5 @@ TEST_CASE("BlueField's integrated NIC functions are known by their PCI ids, othe
     CHECK_FALSE(agent::bluefield_pci_id(0x15b3, 0x101d)); // ConnectX-6 Dx, a plain NIC
     CHECK_FALSE(agent::bluefield_pci_id(0x8086, 0xa2d6)); // same device id, another vendor
 }
+
+}  // namespace capabilities_test_cpp

@@ -20,6 +20,8 @@
 #include "launcher.hpp"
 #include "test_support.hpp"
 
+namespace code_cache_test_cpp {
+
 using namespace bitship;
 using bitship::test::make_client;
 using bitship::test::agent_counters;
@@ -189,3 +191,5 @@ TEST_CASE("first calls to three kernels of one bundle: the first compile holds o
     CHECK(*twice == 42);
     CHECK(agent_counters(client, *target)["compiles"] == 2);
 }
+
+}  // namespace code_cache_test_cpp

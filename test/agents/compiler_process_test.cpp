@@ -27,6 +27,8 @@
 
 #include "launcher.hpp"
 
+namespace compiler_process_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::launch::AgentProgram;
@@ -294,3 +296,5 @@ TEST_CASE("an agent compiling in its own process (--compiler=in-process) ships a
     agent_still_serves(agent);
     CHECK(children_of(agent.pid()).empty());
 }
+
+}  // namespace compiler_process_test_cpp

@@ -17,6 +17,8 @@
 #include <string>
 #include <thread>
 
+namespace connection_limit_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
@@ -97,3 +99,5 @@ TEST_CASE("a connection that never finishes its handshake gives its place up to 
     CHECK(counters["refused_connections"] == 1);
     CHECK_THAT(agent.log(), Catch::Contains("no AUTH with an authorized key within 300 ms"));
 }
+
+}  // namespace connection_limit_test_cpp

@@ -25,6 +25,8 @@
 #include "launcher.hpp"
 #include "test_support.hpp"
 
+namespace control_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using json = nlohmann::json;
@@ -343,3 +345,5 @@ TEST_CASE("a client repeating a failing call gets a few log lines, not one per c
     CHECK(lines <= 5 * windows); // LogLimiter::kBurst per window, far fewer than kCalls
     CHECK(lines < static_cast<std::size_t>(kCalls));
 }
+
+}  // namespace control_test_cpp

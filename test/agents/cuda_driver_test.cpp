@@ -9,6 +9,8 @@
 #include "cuda_driver.hpp"
 #include "launcher.hpp"
 
+namespace cuda_driver_test_cpp {
+
 using namespace bitship;
 using namespace bitship::agent;
 
@@ -63,3 +65,5 @@ TEST_CASE("xagent bitship-compiler and bitship-gpu are not linked against libcud
         CHECK_THAT(deps, !Catch::Contains("libcuda"));
     }
 }
+
+}  // namespace cuda_driver_test_cpp

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <thread>
 
+namespace cycle_clock_test_cpp {
+
 using bitship::agent::CycleClock;
 
 TEST_CASE("CycleClock measures a span as steady_clock does, and never goes back", "[unit]") {
@@ -25,3 +27,5 @@ TEST_CASE("CycleClock measures a span as steady_clock does, and never goes back"
     // A reading from later never gives a negative span, nor one from the future.
     CHECK(CycleClock::ns_since(CycleClock::now() + (std::uint64_t{1} << 40)) == 0);
 }
+
+}  // namespace cycle_clock_test_cpp

@@ -15,10 +15,11 @@
 #include <vector>
 
 #include "kernel_heap.hpp"
+#include "page_size.hpp"
 
 namespace {
 
-constexpr std::size_t kPage = 4096;
+using bitship::agent::kPage;
 constexpr std::size_t kQuota = std::size_t{512} << 10; // room for large blocks (> 128 KiB) too
 constexpr unsigned char kCanary = 0xa5;
 

@@ -20,6 +20,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace gpu_device_test_cpp {
+
 using namespace bitship;
 using namespace bitship::agent;
 using namespace bitship::test;
@@ -339,3 +341,5 @@ TEST_CASE("GPU calls from many threads take turns on the stream, each making the
     }
     fake.check_closed_cleanly();
 }
+
+}  // namespace gpu_device_test_cpp

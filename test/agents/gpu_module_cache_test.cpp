@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+namespace gpu_module_cache_test_cpp {
+
 using namespace bitship;
 using namespace bitship::test::gpu_plumbing;
 
@@ -114,3 +116,5 @@ TEST_CASE("gpu plumbing (fake driver): a GPU call whose module is unloaded after
     CHECK(g.counter("gpu_module_evictions") >= 2);
     CHECK(g.stops_cleanly());
 }
+
+}  // namespace gpu_module_cache_test_cpp

@@ -31,6 +31,8 @@
 #include <thread>
 #include <vector>
 
+namespace gpu_plumbing_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
@@ -572,3 +574,5 @@ TEST_CASE("gpu plumbing (fake driver): the fake refuses text that is not PTX, fi
     CHECK(loads == loads_before + 1);
     ::dlclose(library); // the reference RTLD_NOLOAD took; CudaApi's stays
 }
+
+}  // namespace gpu_plumbing_test_cpp

@@ -9,6 +9,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace gpu_process_protocol_test_cpp {
+
 using namespace bitship;
 using namespace bitship::agent;
 namespace proto = bitship::agent::gpu_protocol;
@@ -184,3 +186,5 @@ TEST_CASE(
     ::close(pipe_fds[0]);
     ::close(pipe_fds[1]);
 }
+
+}  // namespace gpu_process_protocol_test_cpp

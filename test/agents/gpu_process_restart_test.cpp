@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+namespace gpu_process_restart_test_cpp {
+
 using namespace bitship;
 using namespace bitship::test::gpu_plumbing;
 
@@ -180,3 +182,5 @@ TEST_CASE("gpu plumbing (fake driver): SIGTERM stops an agent whose GPU kernel n
     INFO(r.error().describe());
     CHECK((r.error().code == Errc::shutting_down || r.error().code == Errc::disconnected));
 }
+
+}  // namespace gpu_process_restart_test_cpp

@@ -20,6 +20,8 @@
 #include <unistd.h>
 #include <vector>
 
+namespace gpu_real_test_cpp {
+
 using namespace bitship;
 using namespace bitship::agent;
 using namespace bitship::test;
@@ -96,3 +98,5 @@ TEST_CASE("the GPU test kernels are valid PTX for sm_90", "[unit]") {
     INFO(said);
     CHECK(status == 0);
 }
+
+}  // namespace gpu_real_test_cpp

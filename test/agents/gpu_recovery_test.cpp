@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+namespace gpu_recovery_test_cpp {
+
 using namespace bitship;
 using namespace bitship::agent;
 using namespace bitship::test;
@@ -88,3 +90,5 @@ TEST_CASE("a GPU kernel past its time is kernel_timeout and poisons the device: 
     }
     CHECK(fake.violations().empty());
 }
+
+}  // namespace gpu_recovery_test_cpp

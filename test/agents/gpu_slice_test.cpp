@@ -15,6 +15,8 @@
 #include "raw_peer.hpp"
 #include "test_support.hpp"
 
+namespace gpu_slice_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::make_client;
@@ -132,3 +134,5 @@ TEST_CASE("xagent with a GPU region and no GPU to put it on, or under the sfi sa
     CHECK(bad.status == 2);
     CHECK_THAT(bad.text, Catch::Contains("'@gpux' names no GPU"));
 }
+
+}  // namespace gpu_slice_test_cpp

@@ -22,6 +22,8 @@
 #include <trust_kernels.hpp>
 #include <vector>
 
+namespace inflight_limit_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
@@ -317,3 +319,5 @@ TEST_CASE("a forward the next agent refuses as busy fails the call with busy, na
     REQUIRE(blocker.get());
     CHECK(client.stats().busy_resends == 0); // not sent again: its first hop ran
 }
+
+}  // namespace inflight_limit_test_cpp

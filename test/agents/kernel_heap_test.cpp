@@ -10,12 +10,15 @@
 #include <catch2/catch.hpp>
 
 #include "kernel_heap.hpp"
+#include "page_size.hpp"
+
+namespace kernel_heap_test_cpp {
 
 using bitship::agent::KernelHeap;
+using bitship::agent::kPage;
 
 namespace {
 
-constexpr std::size_t kPage = 4096;
 constexpr std::byte kCanary{0xa5};
 
 // A heap's range with a canary page right before and right after it: whatever the heap does,
@@ -283,3 +286,5 @@ TEST_CASE("a kernel heap full of garbage never makes the allocator write outside
         }
     }
 }
+
+}  // namespace kernel_heap_test_cpp

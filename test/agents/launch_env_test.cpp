@@ -8,6 +8,8 @@
 
 #include "launcher.hpp"
 
+namespace launch_env_test_cpp {
+
 using bitship::launch::AgentProcess;
 
 TEST_CASE("PMIX_NAMESPACE without a reachable PMIx server is a clear error at start, not a lone agent", "[integration]") {
@@ -32,3 +34,5 @@ TEST_CASE("a launcher task count above 1 without PMIx warns and the agent runs a
     CHECK_THAT(agent.log(), Catch::Contains("4 tasks but there is no PMIx"));
     CHECK_THAT(agent.log(), Catch::Contains("srun without --mpi=pmix"));
 }
+
+}  // namespace launch_env_test_cpp

@@ -4,6 +4,8 @@
 
 #include "ptx_geometry.hpp"
 
+namespace ptx_geometry_test_cpp {
+
 using namespace bitship::agent;
 
 TEST_CASE("a declared geometry reads from the PTX's bytes or words, trailing zeros left out", "[unit]") {
@@ -43,3 +45,5 @@ TEST_CASE("another kernel's geometry, a longer name, or a malformed declaration 
                             ".u32 bs_gpu_geometry_k[2] = {4294967296, 1};"})     // a word over 32 bits
         CHECK_FALSE(declared_geometry(std::string(" ") + bad, "k"));
 }
+
+}  // namespace ptx_geometry_test_cpp

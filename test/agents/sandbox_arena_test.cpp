@@ -18,6 +18,8 @@
 #include "kernel_heap.hpp"
 #include "sandbox_arena.hpp"
 
+namespace sandbox_arena_test_cpp {
+
 using bitship::Errc;
 using namespace bitship::agent;
 
@@ -291,3 +293,5 @@ TEST_CASE("a sandbox arena that cannot be had, or cannot hold its parts, is refu
     CHECK(apart.error().code == Errc::invalid_argument);
     CHECK_THAT(apart.error().message, Catch::Contains("2 GiB"));
 }
+
+}  // namespace sandbox_arena_test_cpp

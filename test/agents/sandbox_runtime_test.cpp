@@ -18,6 +18,8 @@
 #include "sandbox_arena.hpp"
 #include "sandbox_runtime.hpp"
 
+namespace sandbox_runtime_test_cpp {
+
 using bitship::Errc;
 using namespace bitship::agent;
 
@@ -434,3 +436,5 @@ TEST_CASE("sandboxed exports replace every runtime function and every curated on
     // Pure math is left as it is.
     CHECK(s.exports.count("sqrt") == 0);
 }
+
+}  // namespace sandbox_runtime_test_cpp

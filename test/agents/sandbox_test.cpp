@@ -21,6 +21,8 @@
 #include "launcher.hpp"
 #include "test_support.hpp"
 
+namespace sandbox_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::make_client;
@@ -232,3 +234,5 @@ TEST_CASE("what calls leak is reclaimed: a thousand 1 MiB leaks leave resident m
     CHECK(after <= before + slack);
     box.still_serves_and_intact();
 }
+
+}  // namespace sandbox_test_cpp

@@ -27,6 +27,8 @@
 #include "launcher.hpp"
 #include "test_support.hpp"
 
+namespace ship_test_cpp {
+
 using namespace bitship;
 using bitship::test::make_client;
 using bitship::test::agent_counters;
@@ -556,3 +558,5 @@ TEST_CASE("SIGTERM stops an agent whose kernel never returns and that has no ker
     CHECK((r.error().code == Errc::shutting_down || r.error().code == Errc::disconnected));
     if (r.error().code == Errc::shutting_down) CHECK_THAT(r.error().message, Catch::Contains("the kernel was stopped"));
 }
+
+}  // namespace ship_test_cpp

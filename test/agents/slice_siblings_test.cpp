@@ -9,6 +9,8 @@
 
 #include "slice_siblings.hpp"
 
+namespace slice_siblings_test_cpp {
+
 using namespace bitship;
 using agent::SliceSiblings;
 
@@ -90,3 +92,5 @@ TEST_CASE("the store is bounded: the oldest bundles go first", "[unit]") {
     CHECK_FALSE(store.for_triple(hashes.front(), kArm));
     CHECK(store.for_triple(hashes.back(), kArm));
 }
+
+}  // namespace slice_siblings_test_cpp

@@ -22,6 +22,8 @@
 #include <thread>
 #include <vector>
 
+namespace total_inflight_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::agent_counters;
@@ -182,3 +184,5 @@ TEST_CASE("connections flooding large calls together cannot grow the agent past 
     // All answered: what the agent holds is this STATS request and little else.
     CHECK(agent_counters(observer, to)["inflight_bytes"] < (64u << 10));
 }
+
+}  // namespace total_inflight_test_cpp

@@ -9,6 +9,8 @@
 #include "core/wire.hpp"
 #include "wire_checks.hpp"
 
+namespace auth_wire_test_cpp {
+
 using namespace bitship;
 using bitship::test::as_bytes;
 
@@ -195,3 +197,5 @@ TEST_CASE("the wire fuzz corpus seeds of the trust messages decode", "[unit]") {
         REQUIRE(m);
     }
 }
+
+}  // namespace auth_wire_test_cpp

@@ -4,6 +4,8 @@
 
 #include "core/bulk_window.hpp"
 
+namespace bulk_window_test_cpp {
+
 using namespace bitship;
 
 TEST_CASE("a window's slots are taken once each, come back when given back, and never overlap", "[unit]") {
@@ -39,3 +41,5 @@ TEST_CASE("slots are whole 64-byte lines, and a window too small or a count out 
     WindowSlots all(64 << 12, 64);
     CHECK(all.free_count() == 64);
 }
+
+}  // namespace bulk_window_test_cpp

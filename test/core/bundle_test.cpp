@@ -6,6 +6,8 @@
 
 #include <bitship/bundle.hpp>
 
+namespace bundle_test_cpp {
+
 using namespace bitship;
 
 namespace {
@@ -123,3 +125,5 @@ TEST_CASE("a slice header whose strings run short is refused (fuzzer find)", "[u
     REQUIRE_FALSE(v);
     CHECK(v.error().code == Errc::malformed_bundle);
 }
+
+}  // namespace bundle_test_cpp

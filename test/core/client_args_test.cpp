@@ -2,6 +2,8 @@
 
 #include <bitship/client.hpp>
 
+namespace client_args_test_cpp {
+
 // ship() lays arguments out as a C struct of those members; kernels read them as one.
 namespace {
 struct Mixed {
@@ -32,3 +34,5 @@ TEST_CASE("arguments are packed exactly as the C struct of them", "[unit]") {
     CHECK(bitship::Client::pack_args().empty());
     CHECK(bitship::Client::pack_args(3.0, 4.0).size() == 16);
 }
+
+}  // namespace client_args_test_cpp

@@ -10,6 +10,8 @@
 
 #include "core/wire.hpp"
 
+namespace control_wire_test_cpp {
+
 using namespace bitship;
 
 namespace {
@@ -166,3 +168,5 @@ TEST_CASE("the wire fuzz corpus seeds of the control messages decode", "[unit]")
     }
     CHECK(seeds >= 6);
 }
+
+}  // namespace control_wire_test_cpp

@@ -10,6 +10,8 @@
 
 #include "core/core_sharing.hpp"
 
+namespace core_sharing_test_cpp {
+
 using namespace bitship;
 using namespace std::chrono_literals;
 
@@ -166,3 +168,5 @@ TEST_CASE("after a wake-up kSharedYieldsAfterWake shared yields move at once and
         CHECK(CPU_EQUAL(&mask, &after));
     });
 }
+
+}  // namespace core_sharing_test_cpp

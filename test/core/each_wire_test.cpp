@@ -11,6 +11,8 @@
 #include "core/wire.hpp"
 #include "wire_checks.hpp"
 
+namespace each_wire_test_cpp {
+
 using namespace bitship;
 
 namespace {
@@ -185,3 +187,5 @@ TEST_CASE("the fuzz seeds of a group RUN and a group's RESULT are what they say"
     REQUIRE(answers);
     CHECK(answers->size() == 3);
 }
+
+}  // namespace each_wire_test_cpp

@@ -7,6 +7,8 @@
 #include "core/wire.hpp"
 #include "wire_checks.hpp"
 
+namespace gpu_wire_test_cpp {
+
 using namespace bitship;
 using bitship::test::as_bytes;
 using bitship::test::every_truncation_refused;
@@ -188,3 +190,5 @@ TEST_CASE("GPU details that claim more than their bytes, a region on a GPU not l
     REQUIRE_FALSE(trailing);
     CHECK_THAT(trailing.error().message, Catch::Contains("1 bytes after the GPU details"));
 }
+
+}  // namespace gpu_wire_test_cpp

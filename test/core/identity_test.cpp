@@ -13,6 +13,8 @@
 
 #include "core/signing.hpp"
 
+namespace identity_test_cpp {
+
 using namespace bitship;
 namespace fs = std::filesystem;
 
@@ -176,3 +178,5 @@ TEST_CASE("a session signature holds for its challenge, instance and key only, a
     std::copy(hash.begin(), hash.end(), as_challenge.begin());
     CHECK(!signing::verify_session(id->public_key(), code_sig, as_challenge, instance));
 }
+
+}  // namespace identity_test_cpp

@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+namespace inflight_ledger_test_cpp {
+
 using namespace bitship;
 
 namespace {
@@ -193,3 +195,5 @@ TEST_CASE("the total outlives its ledger while holds are out", "[inflight]") {
         th.join(); // ASan: no use after free, no leak; TSan: no race
     SUCCEED();
 }
+
+}  // namespace inflight_ledger_test_cpp

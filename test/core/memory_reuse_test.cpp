@@ -10,6 +10,8 @@
 
 #include "core/memory_reuse.hpp"
 
+namespace memory_reuse_test_cpp {
+
 using namespace bitship;
 
 TEST_CASE("keep_freed_memory: a 1 MiB buffer comes from the heap and its memory stays for the next one") {
@@ -30,3 +32,5 @@ TEST_CASE("keep_freed_memory: a 1 MiB buffer comes from the heap and its memory 
     auto again = std::make_unique<std::byte[]>(kMiB);
     CHECK(mallinfo2().hblkhd == mapped_before);
 }
+
+}  // namespace memory_reuse_test_cpp

@@ -4,6 +4,8 @@
 
 #include <bitship/peers.hpp>
 
+namespace peers_file_test_cpp {
+
 using namespace bitship;
 
 TEST_CASE("a peers file survives format and parse, in rank order", "[unit]") {
@@ -51,3 +53,5 @@ TEST_CASE("a missing peers file is an io_error naming it", "[unit]") {
     CHECK(r.error().code == Errc::io_error);
     CHECK_THAT(r.error().message, Catch::Contains("/nonexistent/bitship/peers"));
 }
+
+}  // namespace peers_file_test_cpp

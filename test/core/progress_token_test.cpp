@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+namespace progress_token_test_cpp {
+
 using bitship::ProgressToken;
 
 #ifndef NDEBUG
@@ -38,3 +40,5 @@ TEST_CASE("a progress token is held by the thread that locked it and by no other
     CHECK_FALSE(ProgressToken::held_here());
 }
 #endif
+
+}  // namespace progress_token_test_cpp

@@ -7,6 +7,8 @@
 #include "core/wire.hpp"
 #include "wire_checks.hpp"
 
+namespace wire_test_cpp {
+
 using namespace bitship;
 using bitship::test::as_bytes;
 using bitship::test::every_truncation_refused;
@@ -462,3 +464,5 @@ TEST_CASE("BATCHes that are empty, nested, too long or carry a bad header are re
     REQUIRE_FALSE(short_read);
     CHECK_THAT(short_read.error().message, Catch::Contains("follow"));
 }
+
+}  // namespace wire_test_cpp

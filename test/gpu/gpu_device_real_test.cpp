@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+namespace gpu_device_real_test_cpp {
+
 using namespace bitship;
 using namespace bitship::agent;
 using namespace bitship::test;
@@ -154,3 +156,5 @@ TEST_CASE("gpu device (in process): a kernel that never returns is kernel_timeou
     // The device is left as it is (a release could wait for the kernel); the process's end
     // stops it.
 }
+
+}  // namespace gpu_device_real_test_cpp

@@ -16,6 +16,8 @@
 #include "launcher.hpp"
 #include "test_support.hpp"
 
+namespace gpu_test_cpp {
+
 using namespace bitship;
 using bitship::launch::AgentProcess;
 using bitship::test::connect;
@@ -224,3 +226,5 @@ TEST_CASE("gpu: a kernel the GPU slice does not have is entry_not_found", "[gpu]
     REQUIRE_FALSE(missing);
     CHECK(missing.error().code == Errc::entry_not_found);
 }
+
+}  // namespace gpu_test_cpp

@@ -16,6 +16,8 @@
 #include "ptx_compile.hpp"
 #include "test_runtime.hpp"
 
+namespace compiler_protocol_test_cpp {
+
 using namespace bitship;
 namespace proto = bitship::jit::compiler_protocol;
 using namespace std::chrono_literals;
@@ -359,3 +361,5 @@ TEST_CASE("a missing compiler program is a clear error at start, naming where it
     CHECK(j.error().code == Errc::io_error);
     CHECK_THAT(j.error().message, Catch::Contains("/nonexistent/bitship-compiler") && Catch::Contains("--compiler=in-process"));
 }
+
+}  // namespace compiler_protocol_test_cpp

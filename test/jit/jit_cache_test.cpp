@@ -27,6 +27,8 @@
 #include "jit_fixtures.hpp"
 #include "test_runtime.hpp"
 
+namespace jit_cache_test_cpp {
+
 namespace fs = std::filesystem;
 using namespace bitship;
 using namespace bitship::jit_test; // the fixtures (jit_fixtures.hpp, test_runtime.hpp)
@@ -638,3 +640,5 @@ TEST_CASE("bad tier and cache options are refused at create()", "[unit]") {
         CHECK(j.error().code == Errc::invalid_argument);
     }
 }
+
+}  // namespace jit_cache_test_cpp

@@ -25,6 +25,8 @@
 #include "jit_fixtures.hpp"
 #include "test_runtime.hpp"
 
+namespace jit_test_cpp {
+
 namespace fs = std::filesystem;
 using namespace bitship;
 using namespace bitship::jit_test; // the fixtures (jit_fixtures.hpp, test_runtime.hpp)
@@ -404,3 +406,5 @@ TEST_CASE("warm-up compiles through the real path and leaves the JIT working", "
 }
 
 // ---- tiers, the object cache, the bounded cache ----
+
+}  // namespace jit_test_cpp

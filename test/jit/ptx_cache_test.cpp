@@ -23,6 +23,8 @@
 #include "ptx_cache.hpp"
 #include "ptx_compile.hpp"
 
+namespace ptx_cache_test_cpp {
+
 using namespace bitship;
 using namespace bitship::jit_test;
 
@@ -362,3 +364,5 @@ TEST_CASE("ptx cache: a kernel that calls libdevice is linked with it - in-proce
         CHECK_THAT(j.error().message, Catch::Contains("/nonexistent/libdevice.10.bc"));
     }
 }
+
+}  // namespace ptx_cache_test_cpp

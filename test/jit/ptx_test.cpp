@@ -23,6 +23,8 @@
 
 #include "ptx_compile.hpp"
 
+namespace ptx_test_cpp {
+
 namespace fs = std::filesystem;
 using namespace bitship;
 
@@ -309,3 +311,5 @@ TEST_CASE("ptx: bs_gpu_printf becomes the device's vprintf, which ptxas accepts"
     write_file(dir.path / "p.ptx", *ptx);
     CHECK(run("'" + ptxas.string() + "' -arch=sm_90 '" + (dir.path / "p.ptx").string() + "' -o /dev/null") == 0);
 }
+
+}  // namespace ptx_test_cpp

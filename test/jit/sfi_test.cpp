@@ -26,6 +26,8 @@
 #include "sfi_pass.hpp"
 #include "test_runtime.hpp"
 
+namespace sfi_test_cpp {
+
 using namespace bitship;
 using bitship::jit_test::kernel_bitcode;
 using bitship::jit_test::make_bundle;
@@ -479,3 +481,5 @@ TEST_CASE("sfi: the JIT's data is inside the arena and its code outside, never w
     }
     CHECK(data_seen);
 }
+
+}  // namespace sfi_test_cpp

@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <xrdma_test_kernels.hpp>
 
+namespace link_probe_test_cpp {
+
 using namespace bitship;
 using namespace std::chrono_literals;
 using xrdma::LinkFigures;
@@ -159,3 +161,5 @@ TEST_CASE(
     CHECK(shipped_to.queued == 0);
     CHECK(client->load(*t1).at == std::chrono::steady_clock::time_point{}); // never called directly
 }
+
+}  // namespace link_probe_test_cpp

@@ -23,6 +23,8 @@
 #include "launcher.hpp"
 #include "reduce.hpp"
 
+namespace ops_test_cpp {
+
 using namespace bitship;
 using namespace std::chrono_literals;
 using launch::AgentProcess;
@@ -378,3 +380,5 @@ TEST_CASE("a fan-out fails as soon as one agent's part fails, and the others sti
         CHECK(*mine == (*reduce)->expected(kItemsPerAgent));
     }
 }
+
+}  // namespace ops_test_cpp

@@ -13,6 +13,8 @@
 #include "launcher.hpp"
 #include "wisdom.hpp"
 
+namespace planner_model_test_cpp {
+
 using namespace bitship;
 using namespace bitship::xrdma;
 
@@ -289,3 +291,5 @@ TEST_CASE("an estimate's terms show its fitted fixed cost where it is 100 ns or 
     model.fits[index_of(Strategy::get)].fixed_ns = 60;
     CHECK(explain(model, Strategy::get, w, true).terms.find("fixed") == std::string::npos);
 }
+
+}  // namespace planner_model_test_cpp

@@ -22,6 +22,8 @@
 #include "launcher.hpp"
 #include "planner.hpp"
 
+namespace planner_test_cpp {
+
 using namespace bitship;
 using bitship::launch::BackgroundLoad;
 using namespace bitship::xrdma;
@@ -347,3 +349,5 @@ TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow
     CHECK(slow.front() == agent.address());
     CHECK(planner->stats().slow_flags == 1);
 }
+
+}  // namespace planner_test_cpp

@@ -21,6 +21,8 @@
 #include "cluster.hpp"
 #include "launcher.hpp"
 
+namespace xrdma_test_cpp {
+
 using namespace bitship;
 using namespace std::chrono_literals;
 using launch::AgentProcess;
@@ -284,3 +286,5 @@ TEST_CASE("regions are readable and writable by RDMA, and kernels can make them"
     REQUIRE_FALSE(none);
     CHECK(none.error().code == Errc::region_not_found);
 }
+
+}  // namespace xrdma_test_cpp
