@@ -17,7 +17,6 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bench_kernels.hpp>
@@ -25,30 +24,29 @@
 
 #include "launcher.hpp"
 #include "loopback_client.hpp"
+#include "options.hpp"
 #include "stats.hpp"
 
 using namespace bitship;
 using Clock = std::chrono::steady_clock;
 
 int main(int argc, char** argv) {
-    CLI::App app{"The calls of a short burst after an idle spell: each call's latency against the spell"};
+    bench::Options options{"The calls of a short burst after an idle spell: each call's latency against the spell"};
     std::vector<std::string> transports{"shm", "tcp"};
     std::vector<int> gaps_us{0, 100, 400, 1000, 5000};
     int burst = 4;
     int reps = 300;
     std::string progress = "spin-then-block";
     std::string csv;
-    app.add_option("--xagent", launch::AgentProcess::binary(), "the agent program to start (an A/B against another build)")
-        ->capture_default_str();
-    app.add_option("--transport", transports, "transports to measure")->capture_default_str();
-    app.add_option("--gap-us", gaps_us, "idle spells before a burst, in microseconds")->capture_default_str();
-    app.add_option("--burst", burst, "calls in a burst")->check(CLI::Range(1, 64))->capture_default_str();
-    app.add_option("--reps", reps, "bursts per spell")->check(CLI::Range(3, 100000))->capture_default_str();
-    app.add_option("--progress", progress, "progress mode of client and agent")
-        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))
-        ->capture_default_str();
-    app.add_option("--csv", csv, "write the rows as CSV here");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--xagent", launch::AgentProcess::binary(), "the agent program to start (an A/B against another build)");
+    options.add("--transport", transports, "transports to measure");
+    options.add("--gap-us", gaps_us, "idle spells before a burst, in microseconds");
+    options.add("--burst", burst, "calls in a burst").range(1, 64);
+    options.add("--reps", reps, "bursts per spell").range(3, 100000);
+    options.add("--progress", progress, "progress mode of client and agent")
+        .one_of({"spin", "block", "spin-then-block"});
+    options.add("--csv", csv, "write the rows as CSV here");
+    if (auto status = options.parse(argc, argv)) return *status;
 
     fmt::print("after_idle: {} | progress {} for client and agent (spin window 200 us) | agent: 1 worker | "
                "{} bursts of {} cached empty ships after each spell | loopback, processes unpinned\n\n",

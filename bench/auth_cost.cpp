@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bench_kernels.hpp>
 #include <bitship/client.hpp>
 
 #include "launcher.hpp"
+#include "options.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -70,22 +70,22 @@ Target connect(Client& client, const launch::AgentProcess& agent, AgentAccess ex
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Cached ship and connect, authenticated (authorized keys, signed code) against open, in one run"};
+    bench::Options options{"Cached ship and connect, authenticated (authorized keys, signed code) against open, in one run"};
     Config cfg;
     bool quick = false;
     std::vector<std::string> transports{"tcp", "shm"};
-    app.add_option("--reps", cfg.reps, "timed cached ships per agent")->capture_default_str();
-    app.add_option("--warmup", cfg.warmup, "untimed ships per agent first")->capture_default_str();
-    app.add_option("--connects", cfg.connects, "timed connects per agent")->capture_default_str();
-    app.add_option("--block", cfg.block, "consecutive ships to one agent before switching to the other")
-        ->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--transport", transports, "transports to measure")->capture_default_str();
-    app.add_option("--progress", cfg.progress, "progress mode of client and agents")
-        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
-    app.add_flag("--quick", quick, "fewer repetitions (2000 timed, 20 connects)");
-    app.add_option("--csv", cfg.csv, "write the rows as CSV here");
-    app.add_option("--json", cfg.json, "write the rows as JSON here");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--reps", cfg.reps, "timed cached ships per agent");
+    options.add("--warmup", cfg.warmup, "untimed ships per agent first");
+    options.add("--connects", cfg.connects, "timed connects per agent");
+    options.add("--block", cfg.block, "consecutive ships to one agent before switching to the other")
+        .positive();
+    options.add("--transport", transports, "transports to measure");
+    options.add("--progress", cfg.progress, "progress mode of client and agents")
+        .one_of({"spin", "block", "spin-then-block"});
+    options.flag("--quick", quick, "fewer repetitions (2000 timed, 20 connects)");
+    options.add("--csv", cfg.csv, "write the rows as CSV here");
+    options.add("--json", cfg.json, "write the rows as JSON here");
+    if (auto status = options.parse(argc, argv)) return *status;
     if (quick) {
         cfg.reps = 2000;
         cfg.warmup = 500;

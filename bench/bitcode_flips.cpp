@@ -26,7 +26,6 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bench_kernels.hpp>
@@ -35,6 +34,7 @@
 #include <jit_tiers_kernels.hpp>
 
 #include "launcher.hpp"
+#include "options.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -120,21 +120,20 @@ bool alive(pid_t pid) {
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"bitcode_flips: mutated bitcode with valid hashes shipped to a live agent; counts deaths and hangs"};
+    bench::Options options{"bitcode_flips: mutated bitcode with valid hashes shipped to a live agent; counts deaths and hangs"};
     unsigned inputs = 100000;
     std::uint64_t seed = 1;
     unsigned deadline_ms = 5000;
     std::string transport = "tcp";
     std::string csv;
     std::vector<std::string> agent_args;
-    app.add_option("--inputs", inputs, "mutated slices shipped")->capture_default_str();
-    app.add_option("--seed", seed, "random seed (the run is reproducible)")->capture_default_str();
-    app.add_option("--deadline-ms", deadline_ms, "each call's deadline; an answer later than this is a hang")
-        ->capture_default_str();
-    app.add_option("--transport", transport, "tcp or shm")->capture_default_str()->check(CLI::IsMember({"tcp", "shm"}));
-    app.add_option("--csv", csv, "write the counts here");
-    app.add_option("--agent-arg", agent_args, "extra xagent argument (repeatable)");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--inputs", inputs, "mutated slices shipped");
+    options.add("--seed", seed, "random seed (the run is reproducible)");
+    options.add("--deadline-ms", deadline_ms, "each call's deadline; an answer later than this is a hang");
+    options.add("--transport", transport, "tcp or shm").one_of({"tcp", "shm"});
+    options.add("--csv", csv, "write the counts here");
+    options.add("--agent-arg", agent_args, "extra xagent argument (repeatable)");
+    if (auto status = options.parse(argc, argv)) return *status;
 
     const auto all_seeds = seeds();
     fmt::print("bitcode_flips: {} | {} inputs, seed {}, {} seed slices, transport {}, call deadline {} ms | "

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bench_kernels.hpp>
@@ -19,6 +18,7 @@
 #include <bitship/client.hpp>
 
 #include "launcher.hpp"
+#include "options.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -54,14 +54,14 @@ double rss_mib(pid_t pid) {
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Resident memory of an agent shipped many distinct kernels, with and without --cache-mib"};
+    bench::Options options{"Resident memory of an agent shipped many distinct kernels, with and without --cache-mib"};
     unsigned kernels = 10000, every = 1000, cap_mib = 8;
     std::string csv;
-    app.add_option("--kernels", kernels, "distinct kernels shipped, one call each")->capture_default_str();
-    app.add_option("--every", every, "sample resident memory every this many kernels")->capture_default_str();
-    app.add_option("--cache-mib", cap_mib, "the capped agent's --cache-mib")->capture_default_str();
-    app.add_option("--csv", csv, "write the samples here");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--kernels", kernels, "distinct kernels shipped, one call each");
+    options.add("--every", every, "sample resident memory every this many kernels");
+    options.add("--cache-mib", cap_mib, "the capped agent's --cache-mib");
+    options.add("--csv", csv, "write the samples here");
+    if (auto status = options.parse(argc, argv)) return *status;
 
     fmt::print("cache_cap: {} | {} distinct kernels, one cached-nowhere call each, TCP loopback | agent A: --cache-mib {} | "
                "agent B: unbounded | 1 worker each, tiered JIT (defaults)\n\n",

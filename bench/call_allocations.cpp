@@ -22,7 +22,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bench_kernels.hpp>
@@ -31,6 +30,7 @@
 #include "alloc_count.h"
 #include "launcher.hpp"
 #include "loopback_client.hpp"
+#include "options.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -93,21 +93,21 @@ void preload_counting(char** argv) {
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Heap calls per call on the client and the agent (counted by a preloaded library), over TCP and shared memory"};
+    bench::Options options{"Heap calls per call on the client and the agent (counted by a preloaded library), over TCP and shared memory"};
     int calls = 20000;
     int warmup = 2000;
     std::size_t batch = 64;
     std::string progress = "spin-then-block";
     std::vector<std::string> transports{"tcp", "shm"};
     std::string csv;
-    app.add_option("--calls", calls, "counted calls per row")->capture_default_str()->check(CLI::PositiveNumber);
-    app.add_option("--warmup", warmup, "calls before counting starts")->capture_default_str();
-    app.add_option("--batch", batch, "calls per Batch in the batch row")->capture_default_str()->check(CLI::Range(1, 512));
-    app.add_option("--transport", transports, "transports to measure")->capture_default_str();
-    app.add_option("--progress", progress, "progress mode of client and agents: spin, block, spin-then-block")
-        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
-    app.add_option("--csv", csv, "write the rows as CSV here");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--calls", calls, "counted calls per row").positive();
+    options.add("--warmup", warmup, "calls before counting starts");
+    options.add("--batch", batch, "calls per Batch in the batch row").range(1, 512);
+    options.add("--transport", transports, "transports to measure");
+    options.add("--progress", progress, "progress mode of client and agents: spin, block, spin-then-block")
+        .one_of({"spin", "block", "spin-then-block"});
+    options.add("--csv", csv, "write the rows as CSV here");
+    if (auto status = options.parse(argc, argv)) return *status;
 
     try {
         preload_counting(argv);

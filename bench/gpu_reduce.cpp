@@ -40,7 +40,6 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bitship/client.hpp>
@@ -48,6 +47,7 @@
 
 #include "cuda_driver.hpp"
 #include "launcher.hpp"
+#include "options.hpp"
 #include "perftest.hpp"
 #include "stats.hpp"
 
@@ -295,24 +295,24 @@ Summary one(double us) { return bench::summarise({us}); }
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"A reduction shipped to an agent's GPU against the same kernel built by nvcc, a device-to-device "
+    bench::Options options{"A reduction shipped to an agent's GPU against the same kernel built by nvcc, a device-to-device "
                  "copy and a GET of the GPU region"};
     Config cfg;
-    app.add_option("--gib", cfg.gib, "size of the agent's GPU region (and of the native buffer), GiB")
-        ->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--reps", cfg.reps, "timed sums, shipped and native, and D2D copies")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--warmup", cfg.warmup, "untimed calls before each timed row")->capture_default_str();
-    app.add_option("--get-reps", cfg.get_reps, "timed GETs of the whole region")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--get-inflight", cfg.get_inflight, "GET chunks in flight")->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--transport", cfg.transport, "client-agent transport: tcp or shm")
-        ->check(CLI::IsMember({"tcp", "shm"}))->capture_default_str();
-    app.add_option("--cubin", cfg.cubin,
-                   fmt::format("the native kernels' cubin (default: ${}, else the one built: {})", kCubinEnv,
-                               *kBuiltCubin ? kBuiltCubin : "none, nvcc was not found"));
-    app.add_option("--xagent", cfg.xagent, fmt::format("the xagent to start (default: ${}, else the one built)", kXagentEnv));
-    app.add_option("--csv", cfg.csv, "write the rows as CSV here");
-    app.add_option("--json", cfg.json, "write the rows as JSON here");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--gib", cfg.gib, "size of the agent's GPU region (and of the native buffer), GiB")
+        .positive();
+    options.add("--reps", cfg.reps, "timed sums, shipped and native, and D2D copies").positive();
+    options.add("--warmup", cfg.warmup, "untimed calls before each timed row");
+    options.add("--get-reps", cfg.get_reps, "timed GETs of the whole region").positive();
+    options.add("--get-inflight", cfg.get_inflight, "GET chunks in flight").positive();
+    options.add("--transport", cfg.transport, "client-agent transport: tcp or shm")
+        .one_of({"tcp", "shm"});
+    options.add("--cubin", cfg.cubin,
+                fmt::format("the native kernels' cubin (default: ${}, else the one built: {})", kCubinEnv,
+                            *kBuiltCubin ? kBuiltCubin : "none, nvcc was not found"));
+    options.add("--xagent", cfg.xagent, fmt::format("the xagent to start (default: ${}, else the one built)", kXagentEnv));
+    options.add("--csv", cfg.csv, "write the rows as CSV here");
+    options.add("--json", cfg.json, "write the rows as JSON here");
+    if (auto status = options.parse(argc, argv)) return *status;
     if (cfg.cubin.empty()) {
         const char* env = std::getenv(kCubinEnv);
         cfg.cubin = env && *env ? env : kBuiltCubin;

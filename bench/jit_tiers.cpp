@@ -18,13 +18,13 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bitship/client.hpp>
 #include <jit_tiers_kernels.hpp>
 
 #include "launcher.hpp"
+#include "options.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -113,24 +113,24 @@ void wait_for_object(const fs::path& dir) {
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Cold ship, restart and steady state of the tiered JIT, per --jit-tiers setting"};
+    bench::Options options{"Cold ship, restart and steady state of the tiered JIT, per --jit-tiers setting"};
     Config cfg;
     bool quick = false;
     std::vector<std::string> transports{"tcp", "shm"};
     std::vector<unsigned> tier_settings{2, 1};
-    app.add_option("--reps", cfg.reps, "cached calls timed after a restart")->capture_default_str();
-    app.add_option("--cold-reps", cfg.cold_reps, "cold ships (one fresh agent each)")->capture_default_str();
-    app.add_option("--restart-reps", cfg.restart_reps, "restarts on a warm cache dir")->capture_default_str();
-    app.add_option("--steady-reps", cfg.steady_reps, "timed compute calls")->capture_default_str();
-    app.add_option("--rounds", cfg.rounds, "compute kernel rounds per steady-state call")->capture_default_str();
-    app.add_option("--transport", transports, "transports to measure")->capture_default_str();
-    app.add_option("--jit-tiers", tier_settings, "xagent --jit-tiers settings to compare")->capture_default_str();
-    app.add_option("--progress", cfg.progress, "progress mode of client and agents")
-        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
-    app.add_flag("--quick", quick, "fewer repetitions");
-    app.add_option("--csv", cfg.csv, "write the rows as CSV here");
-    app.add_option("--json", cfg.json, "write the rows as JSON here");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--reps", cfg.reps, "cached calls timed after a restart");
+    options.add("--cold-reps", cfg.cold_reps, "cold ships (one fresh agent each)");
+    options.add("--restart-reps", cfg.restart_reps, "restarts on a warm cache dir");
+    options.add("--steady-reps", cfg.steady_reps, "timed compute calls");
+    options.add("--rounds", cfg.rounds, "compute kernel rounds per steady-state call");
+    options.add("--transport", transports, "transports to measure");
+    options.add("--jit-tiers", tier_settings, "xagent --jit-tiers settings to compare");
+    options.add("--progress", cfg.progress, "progress mode of client and agents")
+        .one_of({"spin", "block", "spin-then-block"});
+    options.flag("--quick", quick, "fewer repetitions");
+    options.add("--csv", cfg.csv, "write the rows as CSV here");
+    options.add("--json", cfg.json, "write the rows as JSON here");
+    if (auto status = options.parse(argc, argv)) return *status;
     if (quick) {
         cfg.reps = 500;
         cfg.cold_reps = 3;

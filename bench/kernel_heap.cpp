@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "kernel_heap.hpp"
+#include "options.hpp"
 #include "runtime.hpp"
 #include "sandbox_arena.hpp"
 #include "sandbox_runtime.hpp"
@@ -64,20 +64,20 @@ void heap_free(void* p) { (void)g_heap->release(p); }
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"malloc/free cost of the sandboxed kernel heap against glibc, and the cost of a call's reset"};
+    bench::Options options{"malloc/free cost of the sandboxed kernel heap against glibc, and the cost of a call's reset"};
     unsigned repetitions = 300, warmup = 20;
     std::size_t heap_mib = 64;
     std::string csv;
-    app.add_option("--repetitions", repetitions, "samples per row (each: 1000 operations)")->capture_default_str();
-    app.add_option("--warmup", warmup, "samples thrown away first")->capture_default_str();
-    app.add_option("--heap-mib", heap_mib, "the kernel heap's quota (xagent --kernel-heap-mib)")->capture_default_str();
-    app.add_option("--csv", csv, "write the rows here");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--repetitions", repetitions, "samples per row (each: 1000 operations)");
+    options.add("--warmup", warmup, "samples thrown away first");
+    options.add("--heap-mib", heap_mib, "the kernel heap's quota (xagent --kernel-heap-mib)");
+    options.add("--csv", csv, "write the rows here");
+    if (auto status = options.parse(argc, argv)) return *status;
 
-    agent::ArenaOptions options;
-    options.heap_bytes = heap_mib << 20;
-    options.max_threads = 1;
-    auto arena = agent::SandboxArena::reserve(options);
+    agent::ArenaOptions arena_options;
+    arena_options.heap_bytes = heap_mib << 20;
+    arena_options.max_threads = 1;
+    auto arena = agent::SandboxArena::reserve(arena_options);
     if (!arena) {
         fmt::print(stderr, "{}\n", arena.error().describe());
         return 1;

@@ -23,7 +23,6 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bitship/client.hpp>
@@ -34,6 +33,7 @@
 #include "hash_lookup.hpp"
 #include "background_load.hpp"
 #include "launcher.hpp"
+#include "options.hpp"
 #include "planner.hpp"
 #include "reduce.hpp"
 #include "stats.hpp"
@@ -215,33 +215,32 @@ std::optional<double> measured_crossover(const std::vector<Point*>& row, Strateg
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"The placement planner against an oracle (every strategy forced) over a grid"};
+    bench::Options options{"The placement planner against an oracle (every strategy forced) over a grid"};
     Config cfg;
     bool quick = false;
-    app.add_option("--op", cfg.ops, "operations: chase, reduce, filter, lookup")->capture_default_str();
-    app.add_option("--transport", cfg.transports, "tcp, shm")->capture_default_str();
-    app.add_option("--agents", cfg.agent_counts, "agent counts")->capture_default_str();
-    app.add_option("--code", cfg.codes, "cached, cold")->capture_default_str();
-    app.add_option("--load", cfg.loads, "idle, busy")->capture_default_str();
-    app.add_option("--reps", cfg.reps, "timed runs per strategy per point (cached code)")->capture_default_str();
-    app.add_option("--cold-reps", cfg.cold_reps, "timed runs per strategy per point (cold code)")->capture_default_str();
-    app.add_option("--octaves", cfg.octaves, "octaves each side of a crossover")->capture_default_str();
-    app.add_option("--burn-turns", cfg.burn_turns, "the background load's kernel length (multiply-adds)")->capture_default_str();
-    app.add_option("--burn-depth", cfg.burn_depth, "the background load's calls in flight to each loaded agent (one runs, the rest wait)")
-        ->check(CLI::Range(1u, 64u))->capture_default_str();
-    app.add_flag("--explain", cfg.explain, "print the planner's reason for its first run at each point");
-    app.add_option("--busy-agents", cfg.busy_agents,
-                   "busy points: how many agents carry the background load (the first ones; 0: all)")
-        ->capture_default_str();
-    app.add_option("--csv", cfg.csv, "write the grid here")->capture_default_str();
-    app.add_option("--png", cfg.png_prefix, "plot each op to PREFIX-<op>.png (bench/plot_planner.sh, gnuplot)");
-    app.add_option("--wisdom", cfg.wisdom, "the planner's wisdom file (default: a fresh one in a temporary directory)");
-    app.add_option("--progress", cfg.progress,
-                   "progress mode of client and agents (block: no thread spins, so on a machine with few cores the\n"
-                   "agents, client and background load do not steal each other's time slices)")
-        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
-    app.add_flag("--quick", quick, "tcp only, 1 agent, cached and idle, 3 reps (a smoke run)");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--op", cfg.ops, "operations: chase, reduce, filter, lookup");
+    options.add("--transport", cfg.transports, "tcp, shm");
+    options.add("--agents", cfg.agent_counts, "agent counts");
+    options.add("--code", cfg.codes, "cached, cold");
+    options.add("--load", cfg.loads, "idle, busy");
+    options.add("--reps", cfg.reps, "timed runs per strategy per point (cached code)");
+    options.add("--cold-reps", cfg.cold_reps, "timed runs per strategy per point (cold code)");
+    options.add("--octaves", cfg.octaves, "octaves each side of a crossover");
+    options.add("--burn-turns", cfg.burn_turns, "the background load's kernel length (multiply-adds)");
+    options.add("--burn-depth", cfg.burn_depth, "the background load's calls in flight to each loaded agent (one runs, the rest wait)")
+        .range(1u, 64u);
+    options.flag("--explain", cfg.explain, "print the planner's reason for its first run at each point");
+    options.add("--busy-agents", cfg.busy_agents,
+                "busy points: how many agents carry the background load (the first ones; 0: all)");
+    options.add("--csv", cfg.csv, "write the grid here");
+    options.add("--png", cfg.png_prefix, "plot each op to PREFIX-<op>.png (bench/plot_planner.sh, gnuplot)");
+    options.add("--wisdom", cfg.wisdom, "the planner's wisdom file (default: a fresh one in a temporary directory)");
+    options.add("--progress", cfg.progress,
+                "progress mode of client and agents (block: no thread spins, so on a machine with few cores the\n"
+                "agents, client and background load do not steal each other's time slices)")
+        .one_of({"spin", "block", "spin-then-block"});
+    options.flag("--quick", quick, "tcp only, 1 agent, cached and idle, 3 reps (a smoke run)");
+    if (auto status = options.parse(argc, argv)) return *status;
     if (quick) {
         cfg.transports = {"tcp"};
         cfg.agent_counts = {1};

@@ -14,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bitship/client.hpp>
@@ -22,6 +21,7 @@
 #include "chase.hpp"
 #include "core/engine.hpp"
 #include "launcher.hpp"
+#include "options.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -133,25 +133,25 @@ std::uint64_t random_start(std::mt19937_64& rng, const ChaseList& list) {
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Pointer chase through remote memory: RDMA GET vs a pre-installed handler vs the shipped kernel"};
+    bench::Options options{"Pointer chase through remote memory: RDMA GET vs a pre-installed handler vs the shipped kernel"};
     Config cfg;
     bool quick = false;
-    app.add_option("--depth", cfg.depths, "chase depths (hops)")->capture_default_str();
-    app.add_option("--agents", cfg.agent_counts, "agent counts")->capture_default_str();
-    app.add_option("--transport", cfg.transports, "transports (tcp, shm)")->capture_default_str();
-    app.add_option("--log2-nodes", cfg.log2_nodes, "nodes per agent = 2^N (16..26; 26 is a 1 GiB region)")
-        ->check(CLI::Range(10, 26))->capture_default_str();
-    app.add_option("--seed", cfg.seed, "list seed")->capture_default_str();
-    app.add_option("--min-reps", cfg.min_reps, "timed chases per row, at least")->capture_default_str();
-    app.add_option("--max-reps", cfg.max_reps, "timed chases per row, at most")->capture_default_str();
-    app.add_option("--row-seconds", cfg.row_seconds, "stop adding reps to a row after this long (min-reps first)")->capture_default_str();
-    app.add_option("--cold-reps", cfg.cold_reps, "cold X-RDMA chases (fresh agent each)")->capture_default_str();
-    app.add_option("--progress", cfg.progress, "progress mode of client and agents")
-        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
-    app.add_option("--csv", cfg.csv, "write rows here")->capture_default_str();
-    app.add_option("--png", cfg.png, "plot latency against depth here (runs bench/plot_chase.sh, needs gnuplot)");
-    app.add_flag("--quick", quick, "depths 1, 64, 1024; 1 and 2 agents; 2^16 nodes; short rows (the README demo)");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--depth", cfg.depths, "chase depths (hops)");
+    options.add("--agents", cfg.agent_counts, "agent counts");
+    options.add("--transport", cfg.transports, "transports (tcp, shm)");
+    options.add("--log2-nodes", cfg.log2_nodes, "nodes per agent = 2^N (16..26; 26 is a 1 GiB region)")
+        .range(10, 26);
+    options.add("--seed", cfg.seed, "list seed");
+    options.add("--min-reps", cfg.min_reps, "timed chases per row, at least");
+    options.add("--max-reps", cfg.max_reps, "timed chases per row, at most");
+    options.add("--row-seconds", cfg.row_seconds, "stop adding reps to a row after this long (min-reps first)");
+    options.add("--cold-reps", cfg.cold_reps, "cold X-RDMA chases (fresh agent each)");
+    options.add("--progress", cfg.progress, "progress mode of client and agents")
+        .one_of({"spin", "block", "spin-then-block"});
+    options.add("--csv", cfg.csv, "write rows here");
+    options.add("--png", cfg.png, "plot latency against depth here (runs bench/plot_chase.sh, needs gnuplot)");
+    options.flag("--quick", quick, "depths 1, 64, 1024; 1 and 2 agents; 2^16 nodes; short rows (the README demo)");
+    if (auto status = options.parse(argc, argv)) return *status;
     if (quick) {
         cfg.depths = {1, 64, 1024};
         cfg.agent_counts = {1, 2};

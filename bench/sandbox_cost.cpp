@@ -24,7 +24,6 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bench_kernels.hpp>
@@ -33,6 +32,7 @@
 
 #include "chase.hpp"
 #include "launcher.hpp"
+#include "options.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -118,25 +118,25 @@ std::uint64_t value_of(const Future& f, const char* what) {
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"The sandbox's cost: --sandbox sfi against --sandbox none, chase, cached ship and compute kernels, in one run"};
+    bench::Options options{"The sandbox's cost: --sandbox sfi against --sandbox none, chase, cached ship and compute kernels, in one run"};
     Config cfg;
     bool quick = false;
     std::vector<unsigned> chase_log2{20, 26};
-    app.add_option("--chase-reps", cfg.chase_reps, "timed chases per agent and size")->capture_default_str();
-    app.add_option("--ship-reps", cfg.ship_reps, "timed cached ships per agent")->capture_default_str();
-    app.add_option("--compute-reps", cfg.compute_reps, "timed calls per agent and compute kernel")->capture_default_str();
-    app.add_option("--block", cfg.block, "consecutive calls to one agent before switching to the other")
-        ->check(CLI::PositiveNumber)->capture_default_str();
-    app.add_option("--chase-log2-nodes", chase_log2, "chase list sizes, 2^N nodes (16..26)")->capture_default_str();
-    app.add_option("--transport", cfg.transport, "tcp or shm")->check(CLI::IsMember({"tcp", "shm"}))->capture_default_str();
-    app.add_option("--progress", cfg.progress, "progress mode of client and agents")
-        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
-    app.add_option("--seed", cfg.seed, "chase list seed")->capture_default_str();
-    app.add_option("--leak-calls", cfg.leak_calls, "calls leaking 1 MiB each, per agent")->capture_default_str();
-    app.add_flag("--quick", quick, "fewer repetitions, 2^20 nodes only");
-    app.add_option("--csv", cfg.csv, "write the rows as CSV here");
-    app.add_option("--json", cfg.json, "write the rows as JSON here");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--chase-reps", cfg.chase_reps, "timed chases per agent and size");
+    options.add("--ship-reps", cfg.ship_reps, "timed cached ships per agent");
+    options.add("--compute-reps", cfg.compute_reps, "timed calls per agent and compute kernel");
+    options.add("--block", cfg.block, "consecutive calls to one agent before switching to the other")
+        .positive();
+    options.add("--chase-log2-nodes", chase_log2, "chase list sizes, 2^N nodes (16..26)");
+    options.add("--transport", cfg.transport, "tcp or shm").one_of({"tcp", "shm"});
+    options.add("--progress", cfg.progress, "progress mode of client and agents")
+        .one_of({"spin", "block", "spin-then-block"});
+    options.add("--seed", cfg.seed, "chase list seed");
+    options.add("--leak-calls", cfg.leak_calls, "calls leaking 1 MiB each, per agent");
+    options.flag("--quick", quick, "fewer repetitions, 2^20 nodes only");
+    options.add("--csv", cfg.csv, "write the rows as CSV here");
+    options.add("--json", cfg.json, "write the rows as JSON here");
+    if (auto status = options.parse(argc, argv)) return *status;
     if (quick) {
         cfg.chase_reps = 200;
         cfg.ship_reps = 2000;

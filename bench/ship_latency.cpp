@@ -19,7 +19,6 @@
 #include <thread>
 #include <optional>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -28,6 +27,7 @@
 
 #include "emulated_agent.hpp"
 #include "launcher.hpp"
+#include "options.hpp"
 #include "perftest.hpp"
 #include "stats.hpp"
 
@@ -94,36 +94,35 @@ void must(const Result<Bytes>& r, const char* what) {
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Round-trip latency of raw AM, cached ships and cold ships, over TCP and shared memory"};
+    bench::Options options{"Round-trip latency of raw AM, cached ships and cold ships, over TCP and shared memory"};
     Config cfg;
     bool quick = false;
     std::vector<std::string> transports{"tcp", "shm"};
-    app.add_option("--reps", cfg.reps, "timed repetitions per row")->capture_default_str();
-    app.add_option("--warmup", cfg.warmup, "untimed repetitions before each row")->capture_default_str();
-    app.add_option("--cold-reps", cfg.cold_reps, "cold ships (one fresh agent each)")->capture_default_str();
-    app.add_option("--transport", transports, "transports to measure")->capture_default_str();
-    app.add_option("--progress", cfg.progress, "progress mode of client and agents: spin, block, spin-then-block")
-        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
-    app.add_option("--spin-us", cfg.spin_us, "spin window before sleeping (spin-then-block)")->capture_default_str();
-    app.add_option("--worker-spin-us", cfg.worker_spin_us, "agent: an idle worker polls this long before sleeping")->capture_default_str();
-    app.add_option("--idle-reps", cfg.idle_reps, "cached ships timed after an idle spell each")->capture_default_str();
-    app.add_option("--idle-ms", cfg.idle_ms, "the idle spell before each of those (past every spin window)")->capture_default_str();
-    app.add_option("--agent-arch", cfg.agent_arch,
-                   "agents to ship to: x86_64 (this machine's xagent) or aarch64 (the cross build, preset aarch64, run by "
-                   "qemu-user: EMULATED figures, TCP only; $BITSHIP_AARCH64_XAGENT overrides where it is)")
-        ->check(CLI::IsMember({"x86_64", "aarch64"}))->capture_default_str();
-    app.add_option("--emulated-cpu", cfg.emulated_cpu, "with --agent-arch aarch64: the CPU qemu emulates (QEMU_CPU)")
-        ->capture_default_str();
-    app.add_flag("--quick", quick, "fewer repetitions (2000 timed, 3 cold)");
+    options.add("--reps", cfg.reps, "timed repetitions per row");
+    options.add("--warmup", cfg.warmup, "untimed repetitions before each row");
+    options.add("--cold-reps", cfg.cold_reps, "cold ships (one fresh agent each)");
+    options.add("--transport", transports, "transports to measure");
+    options.add("--progress", cfg.progress, "progress mode of client and agents: spin, block, spin-then-block")
+        .one_of({"spin", "block", "spin-then-block"});
+    options.add("--spin-us", cfg.spin_us, "spin window before sleeping (spin-then-block)");
+    options.add("--worker-spin-us", cfg.worker_spin_us, "agent: an idle worker polls this long before sleeping");
+    options.add("--idle-reps", cfg.idle_reps, "cached ships timed after an idle spell each");
+    options.add("--idle-ms", cfg.idle_ms, "the idle spell before each of those (past every spin window)");
+    options.add("--agent-arch", cfg.agent_arch,
+                "agents to ship to: x86_64 (this machine's xagent) or aarch64 (the cross build, preset aarch64, run by "
+                "qemu-user: EMULATED figures, TCP only; $BITSHIP_AARCH64_XAGENT overrides where it is)")
+        .one_of({"x86_64", "aarch64"});
+    options.add("--emulated-cpu", cfg.emulated_cpu, "with --agent-arch aarch64: the CPU qemu emulates (QEMU_CPU)");
+    options.flag("--quick", quick, "fewer repetitions (2000 timed, 3 cold)");
     bool no_window = false;
-    app.add_flag("--no-bulk-window", no_window,
+    options.flag("--no-bulk-window", no_window,
                  "no same-host bulk window (ClientOptions::bulk_window off): calls carry no window slot");
-    app.add_option("--agent-arg", cfg.agent_extra,
-                   "one more xagent argument for every agent, e.g. --agent-arg=--max-inflight-calls --agent-arg=0 "
-                   "(repeatable; printed in the header)");
-    app.add_option("--csv", cfg.csv, "write the rows as CSV here");
-    app.add_option("--json", cfg.json, "write the rows as JSON here");
-    CLI11_PARSE(app, argc, argv);
+    options.add("--agent-arg", cfg.agent_extra,
+                "one more xagent argument for every agent, e.g. --agent-arg=--max-inflight-calls --agent-arg=0 "
+                "(repeatable; printed in the header)");
+    options.add("--csv", cfg.csv, "write the rows as CSV here");
+    options.add("--json", cfg.json, "write the rows as JSON here");
+    if (auto status = options.parse(argc, argv)) return *status;
     cfg.bulk_window = !no_window;
     if (quick) {
         cfg.reps = 2000;
@@ -141,7 +140,7 @@ int main(int argc, char** argv) {
         }
         program = *arm.program;
         if (std::any_of(transports.begin(), transports.end(), [](const auto& t) { return t != "tcp"; })) {
-            if (app.count("--transport") > 0) {
+            if (options.given("--transport")) {
                 fmt::print(stderr, "ship_latency: --agent-arch aarch64 measures TCP only (x86-64 client, emulated agent)\n");
                 return 2;
             }

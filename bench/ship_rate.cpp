@@ -19,13 +19,13 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include <bench_kernels.hpp>
 #include <bitship/client.hpp>
 
 #include "launcher.hpp"
+#include "options.hpp"
 #include "perftest.hpp"
 #include "stats.hpp"
 
@@ -161,27 +161,27 @@ double median_of(std::vector<double> v) { return bench::summarise(std::move(v)).
 } // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"Calls per second with many in flight, and 1 MiB arguments and results, against ucx_perftest ucp_am_bw"};
+    bench::Options options{"Calls per second with many in flight, and 1 MiB arguments and results, against ucx_perftest ucp_am_bw"};
     Config cfg;
     bool quick = false;
     std::vector<std::string> transports{"tcp", "shm"};
-    app.add_option("--calls", cfg.calls, "cached 8-byte calls per message-rate round")->capture_default_str();
-    app.add_option("--window", cfg.window, "calls in flight (two batches of half as many, Client::batch)")->capture_default_str();
-    app.add_option("--group", cfg.group, "calls per group in the group-rate row (Client::ship_each), two groups in flight")
-        ->check(CLI::Range(1, 65536))->capture_default_str();
-    app.add_option("--bulk-bytes", cfg.bulk_bytes, "bytes of arguments / result per bulk call")->capture_default_str();
-    app.add_option("--bulk-calls", cfg.bulk_calls, "bulk calls per round")->capture_default_str();
-    app.add_option("--bulk-in-flight", cfg.bulk_in_flight, "bulk calls in flight")->capture_default_str();
-    app.add_option("--rounds", cfg.rounds, "rounds per row (median reported)")->capture_default_str();
-    app.add_option("--transport", transports, "transports to measure")->capture_default_str();
-    app.add_option("--progress", cfg.progress, "progress mode of client and agent: spin, block, spin-then-block")
-        ->check(CLI::IsMember({"spin", "block", "spin-then-block"}))->capture_default_str();
-    app.add_flag("--quick", quick, "smaller rounds (20000 calls, 100 bulk calls, 3 rounds)");
-    app.add_option("--csv", cfg.csv, "write the rows as CSV here");
+    options.add("--calls", cfg.calls, "cached 8-byte calls per message-rate round");
+    options.add("--window", cfg.window, "calls in flight (two batches of half as many, Client::batch)");
+    options.add("--group", cfg.group, "calls per group in the group-rate row (Client::ship_each), two groups in flight")
+        .range(1, 65536);
+    options.add("--bulk-bytes", cfg.bulk_bytes, "bytes of arguments / result per bulk call");
+    options.add("--bulk-calls", cfg.bulk_calls, "bulk calls per round");
+    options.add("--bulk-in-flight", cfg.bulk_in_flight, "bulk calls in flight");
+    options.add("--rounds", cfg.rounds, "rounds per row (median reported)");
+    options.add("--transport", transports, "transports to measure");
+    options.add("--progress", cfg.progress, "progress mode of client and agent: spin, block, spin-then-block")
+        .one_of({"spin", "block", "spin-then-block"});
+    options.flag("--quick", quick, "smaller rounds (20000 calls, 100 bulk calls, 3 rounds)");
+    options.add("--csv", cfg.csv, "write the rows as CSV here");
     bool no_window = false;
-    app.add_flag("--no-bulk-window", no_window,
+    options.flag("--no-bulk-window", no_window,
                  "same-host bulk data by UCX alone (ClientOptions::bulk_window off), to compare with the window");
-    CLI11_PARSE(app, argc, argv);
+    if (auto status = options.parse(argc, argv)) return *status;
     if (quick) {
         cfg.calls = 20000;
         cfg.bulk_calls = 100;
