@@ -39,12 +39,12 @@ int main(int argc, char** argv) {
     std::string progress = "spin-then-block";
     std::string csv;
     options.add("--xagent", launch::AgentProcess::binary(), "the agent program to start (an A/B against another build)");
-    options.add("--transport", transports, "transports to measure");
+    options.add("--transport", transports, "transports to measure").transport();
     options.add("--gap-us", gaps_us, "idle spells before a burst, in microseconds");
     options.add("--burst", burst, "calls in a burst").range(1, 64);
     options.add("--reps", reps, "bursts per spell").range(3, 100000);
     options.add("--progress", progress, "progress mode of client and agent")
-        .one_of({"spin", "block", "spin-then-block"});
+        .progress_mode();
     options.add("--csv", csv, "write the rows as CSV here");
     if (auto status = options.parse(argc, argv)) return *status;
 

@@ -79,9 +79,9 @@ int main(int argc, char** argv) {
     options.add("--connects", cfg.connects, "timed connects per agent");
     options.add("--block", cfg.block, "consecutive ships to one agent before switching to the other")
         .positive();
-    options.add("--transport", transports, "transports to measure");
+    options.add("--transport", transports, "transports to measure").transport();
     options.add("--progress", cfg.progress, "progress mode of client and agents")
-        .one_of({"spin", "block", "spin-then-block"});
+        .progress_mode();
     options.flag("--quick", quick, "fewer repetitions (2000 timed, 20 connects)");
     options.add("--csv", cfg.csv, "write the rows as CSV here");
     options.add("--json", cfg.json, "write the rows as JSON here");

@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
     options.add("--inputs", inputs, "mutated slices shipped");
     options.add("--seed", seed, "random seed (the run is reproducible)");
     options.add("--deadline-ms", deadline_ms, "each call's deadline; an answer later than this is a hang");
-    options.add("--transport", transport, "tcp or shm").one_of({"tcp", "shm"});
+    options.add("--transport", transport, "tcp or shm").transport();
     options.add("--csv", csv, "write the counts here");
     options.add("--agent-arg", agent_args, "extra xagent argument (repeatable)");
     if (auto status = options.parse(argc, argv)) return *status;

@@ -103,9 +103,9 @@ int main(int argc, char** argv) {
     options.add("--calls", calls, "counted calls per row").positive();
     options.add("--warmup", warmup, "calls before counting starts");
     options.add("--batch", batch, "calls per Batch in the batch row").range(1, 512);
-    options.add("--transport", transports, "transports to measure");
+    options.add("--transport", transports, "transports to measure").transport();
     options.add("--progress", progress, "progress mode of client and agents: spin, block, spin-then-block")
-        .one_of({"spin", "block", "spin-then-block"});
+        .progress_mode();
     options.add("--csv", csv, "write the rows as CSV here");
     if (auto status = options.parse(argc, argv)) return *status;
 

@@ -305,7 +305,7 @@ int main(int argc, char** argv) {
     options.add("--get-reps", cfg.get_reps, "timed GETs of the whole region").positive();
     options.add("--get-inflight", cfg.get_inflight, "GET chunks in flight").positive();
     options.add("--transport", cfg.transport, "client-agent transport: tcp or shm")
-        .one_of({"tcp", "shm"});
+        .transport();
     options.add("--cubin", cfg.cubin,
                 fmt::format("the native kernels' cubin (default: ${}, else the one built: {})", kCubinEnv,
                             *kBuiltCubin ? kBuiltCubin : "none, nvcc was not found"));

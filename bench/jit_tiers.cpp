@@ -123,10 +123,10 @@ int main(int argc, char** argv) {
     options.add("--restart-reps", cfg.restart_reps, "restarts on a warm cache dir");
     options.add("--steady-reps", cfg.steady_reps, "timed compute calls");
     options.add("--rounds", cfg.rounds, "compute kernel rounds per steady-state call");
-    options.add("--transport", transports, "transports to measure");
+    options.add("--transport", transports, "transports to measure").transport();
     options.add("--jit-tiers", tier_settings, "xagent --jit-tiers settings to compare");
     options.add("--progress", cfg.progress, "progress mode of client and agents")
-        .one_of({"spin", "block", "spin-then-block"});
+        .progress_mode();
     options.flag("--quick", quick, "fewer repetitions");
     options.add("--csv", cfg.csv, "write the rows as CSV here");
     options.add("--json", cfg.json, "write the rows as JSON here");

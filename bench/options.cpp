@@ -4,6 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include <bitship/transport.hpp>
+
 namespace bitship::bench {
 
 Options::Check& Options::Check::positive() {
@@ -19,6 +21,16 @@ Options::Check& Options::Check::range(long long lo, long long hi) {
 Options::Check& Options::Check::one_of(const std::vector<std::string>& names) {
     option_->check(CLI::IsMember(names));
     return *this;
+}
+
+// The names are bitship's own (to_string), so a benchmark accepts what its clients and agents do.
+Options::Check& Options::Check::progress_mode() {
+    return one_of({std::string(to_string(ProgressMode::spin)), std::string(to_string(ProgressMode::block)),
+                   std::string(to_string(ProgressMode::spin_then_block))});
+}
+
+Options::Check& Options::Check::transport() {
+    return one_of({std::string(to_string(Transport::tcp)), std::string(to_string(Transport::shm))});
 }
 
 Options::Options(const std::string& description) : app_(std::make_unique<CLI::App>(description)) {}

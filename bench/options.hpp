@@ -22,6 +22,8 @@ public:
         Check& positive();                                  ///< each value > 0
         Check& range(long long lo, long long hi);           ///< lo ≤ each value ≤ hi
         Check& one_of(const std::vector<std::string>& names); ///< each value one of these
+        Check& progress_mode();                             ///< each value spin, block or spin-then-block
+        Check& transport();                                 ///< each value tcp or shm
 
     private:
         friend class Options;

@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
     Config cfg;
     bool quick = false;
     options.add("--op", cfg.ops, "operations: chase, reduce, filter, lookup");
-    options.add("--transport", cfg.transports, "tcp, shm");
+    options.add("--transport", cfg.transports, "tcp, shm").transport();
     options.add("--agents", cfg.agent_counts, "agent counts");
     options.add("--code", cfg.codes, "cached, cold");
     options.add("--load", cfg.loads, "idle, busy");
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
     options.add("--progress", cfg.progress,
                 "progress mode of client and agents (block: no thread spins, so on a machine with few cores the\n"
                 "agents, client and background load do not steal each other's time slices)")
-        .one_of({"spin", "block", "spin-then-block"});
+        .progress_mode();
     options.flag("--quick", quick, "tcp only, 1 agent, cached and idle, 3 reps (a smoke run)");
     if (auto status = options.parse(argc, argv)) return *status;
     if (quick) {

@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
     bool quick = false;
     options.add("--depth", cfg.depths, "chase depths (hops)");
     options.add("--agents", cfg.agent_counts, "agent counts");
-    options.add("--transport", cfg.transports, "transports (tcp, shm)");
+    options.add("--transport", cfg.transports, "transports (tcp, shm)").transport();
     options.add("--log2-nodes", cfg.log2_nodes, "nodes per agent = 2^N (16..26; 26 is a 1 GiB region)")
         .range(10, 26);
     options.add("--seed", cfg.seed, "list seed");
@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     options.add("--row-seconds", cfg.row_seconds, "stop adding reps to a row after this long (min-reps first)");
     options.add("--cold-reps", cfg.cold_reps, "cold X-RDMA chases (fresh agent each)");
     options.add("--progress", cfg.progress, "progress mode of client and agents")
-        .one_of({"spin", "block", "spin-then-block"});
+        .progress_mode();
     options.add("--csv", cfg.csv, "write rows here");
     options.add("--png", cfg.png, "plot latency against depth here (runs bench/plot_chase.sh, needs gnuplot)");
     options.flag("--quick", quick, "depths 1, 64, 1024; 1 and 2 agents; 2^16 nodes; short rows (the README demo)");

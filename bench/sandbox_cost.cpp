@@ -128,9 +128,9 @@ int main(int argc, char** argv) {
     options.add("--block", cfg.block, "consecutive calls to one agent before switching to the other")
         .positive();
     options.add("--chase-log2-nodes", chase_log2, "chase list sizes, 2^N nodes (16..26)");
-    options.add("--transport", cfg.transport, "tcp or shm").one_of({"tcp", "shm"});
+    options.add("--transport", cfg.transport, "tcp or shm").transport();
     options.add("--progress", cfg.progress, "progress mode of client and agents")
-        .one_of({"spin", "block", "spin-then-block"});
+        .progress_mode();
     options.add("--seed", cfg.seed, "chase list seed");
     options.add("--leak-calls", cfg.leak_calls, "calls leaking 1 MiB each, per agent");
     options.flag("--quick", quick, "fewer repetitions, 2^20 nodes only");

@@ -101,9 +101,9 @@ int main(int argc, char** argv) {
     options.add("--reps", cfg.reps, "timed repetitions per row");
     options.add("--warmup", cfg.warmup, "untimed repetitions before each row");
     options.add("--cold-reps", cfg.cold_reps, "cold ships (one fresh agent each)");
-    options.add("--transport", transports, "transports to measure");
+    options.add("--transport", transports, "transports to measure").transport();
     options.add("--progress", cfg.progress, "progress mode of client and agents: spin, block, spin-then-block")
-        .one_of({"spin", "block", "spin-then-block"});
+        .progress_mode();
     options.add("--spin-us", cfg.spin_us, "spin window before sleeping (spin-then-block)");
     options.add("--worker-spin-us", cfg.worker_spin_us, "agent: an idle worker polls this long before sleeping");
     options.add("--idle-reps", cfg.idle_reps, "cached ships timed after an idle spell each");

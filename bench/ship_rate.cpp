@@ -173,9 +173,9 @@ int main(int argc, char** argv) {
     options.add("--bulk-calls", cfg.bulk_calls, "bulk calls per round");
     options.add("--bulk-in-flight", cfg.bulk_in_flight, "bulk calls in flight");
     options.add("--rounds", cfg.rounds, "rounds per row (median reported)");
-    options.add("--transport", transports, "transports to measure");
+    options.add("--transport", transports, "transports to measure").transport();
     options.add("--progress", cfg.progress, "progress mode of client and agent: spin, block, spin-then-block")
-        .one_of({"spin", "block", "spin-then-block"});
+        .progress_mode();
     options.flag("--quick", quick, "smaller rounds (20000 calls, 100 bulk calls, 3 rounds)");
     options.add("--csv", cfg.csv, "write the rows as CSV here");
     bool no_window = false;
