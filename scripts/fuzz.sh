@@ -10,42 +10,46 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
+
+# Each fuzzer: its name, its program under build-fuzz/test/, its seed corpus under test/ (copied:
+# a run adds to it), then options of its own.
+fuzzers=(
+    "wire_decode    core/fuzz_wire_decode     core/fuzz_corpus"
+    "bundle_parse   jit/fuzz_bundle_parse     jit/fuzz_corpus"
+    "compiler_input jit/fuzz_compiler_input   jit/fuzz_compiler_corpus -max_len=65536"
+    "public_key     core/fuzz_public_key      core/fuzz_keys_corpus"
+    "kernel_heap    agents/fuzz_kernel_heap   agents/fuzz_heap_corpus"
+    "ptx_geometry   agents/fuzz_ptx_geometry  agents/fuzz_ptx_geometry_corpus"
+    "gpu_protocol   agents/fuzz_gpu_protocol  agents/fuzz_gpu_protocol_corpus"
+)
+targets=()
+for line in "${fuzzers[@]}"; do
+    read -r _ program _ <<<"$line"
+    targets+=("$(basename "$program")")
+done
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz --target fuzz_wire_decode fuzz_bundle_parse fuzz_compiler_input fuzz_public_key fuzz_kernel_heap fuzz_ptx_geometry fuzz_gpu_protocol
+cmake --build --preset fuzz --target "${targets[@]}"
 export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-cp -r test/jit/fuzz_corpus "$work/bundle"
-cp -r test/core/fuzz_corpus "$work/wire"
-cp -r test/jit/fuzz_compiler_corpus "$work/compiler"
-cp -r test/core/fuzz_keys_corpus "$work/keys"
-cp -r test/agents/fuzz_heap_corpus "$work/heap"
-cp -r test/agents/fuzz_ptx_geometry_corpus "$work/geometry"
-cp -r test/agents/fuzz_gpu_protocol_corpus "$work/gpu_protocol"
 artifacts=$PWD/build-fuzz/artifacts
 mkdir -p "$artifacts"
 parallel=$(nproc)
 
-# fuzz NAME FUZZER CORPUS [OPTION...]: FUZZER runs from CORPUS in the background, once fewer than
-# `parallel` others run; its output and exit status go to $work/NAME.log and NAME.rc.
+# Runs each fuzzer from its corpus in the background, once fewer than `parallel` others run;
+# its output and exit status go to $work/NAME.log and NAME.rc.
 names=()
-fuzz() {
-    local name=$1 fuzzer=$2 corpus=$3
-    shift 3
+for line in "${fuzzers[@]}"; do
+    read -r name program corpus options <<<"$line"
+    cp -r "test/$corpus" "$work/$name"
     while [ "$(jobs -rp | wc -l)" -ge "$parallel" ]; do wait -n || true; done
+    # shellcheck disable=SC2086 # options: zero or more words
     (set +e
-     "./build-fuzz/test/$fuzzer" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$artifacts/$name-" "$@" \
-        "$work/$corpus" >"$work/$name.log" 2>&1
+     "./build-fuzz/test/$program" -max_total_time="$seconds" -print_final_stats=1 -artifact_prefix="$artifacts/$name-" $options \
+        "$work/$name" >"$work/$name.log" 2>&1
      echo $? >"$work/$name.rc") &
     names+=("$name")
-}
-fuzz wire_decode core/fuzz_wire_decode wire
-fuzz bundle_parse jit/fuzz_bundle_parse bundle
-fuzz compiler_input jit/fuzz_compiler_input compiler -max_len=65536
-fuzz public_key core/fuzz_public_key keys
-fuzz kernel_heap agents/fuzz_kernel_heap heap
-fuzz ptx_geometry agents/fuzz_ptx_geometry geometry
-fuzz gpu_protocol agents/fuzz_gpu_protocol gpu_protocol
+done
 wait
 
 status=0
