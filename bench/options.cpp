@@ -1,7 +1,5 @@
 #include "options.hpp"
 
-#include <cstdint>
-
 #include <CLI/CLI.hpp>
 
 #include <bitship/transport.hpp>

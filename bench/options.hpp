@@ -16,7 +16,7 @@ namespace bitship::bench {
 
 class Options {
 public:
-    /// One option's checks: each returns the option, to chain them.
+    /// Checks on one option's values: each adds one and returns this, to chain them.
     class Check {
     public:
         Check& positive();                                  ///< each value > 0
