@@ -129,9 +129,7 @@ FAKE_CUDA_EXPORT CUresult cuModuleGetFunction(cuda::CUfunction* function, cuda::
     if (module == nullptr) return kErrorInvalidHandle;
     auto& s = state();
     std::lock_guard lock(s.mutex);
-    if (!s.initialized) return kErrorNotInitialized;
-    if (!module->alive) return kErrorInvalidHandle;
-    if (module->context->sticky != cuda::kSuccess) return module->context->sticky;
+    if (CUresult r = usable(s, module); r != cuda::kSuccess) return r;
     if (auto f = module->functions.find(name); f != module->functions.end()) {
         *function = f->second;
         return cuda::kSuccess;
@@ -152,9 +150,7 @@ FAKE_CUDA_EXPORT CUresult cuModuleUnload(cuda::CUmodule module) {
     if (module == nullptr) return kErrorInvalidHandle;
     auto& s = state();
     std::lock_guard lock(s.mutex);
-    if (!s.initialized) return kErrorNotInitialized;
-    if (!module->alive) return kErrorInvalidHandle;
-    if (module->context->sticky != cuda::kSuccess) return module->context->sticky;
+    if (CUresult r = usable(s, module); r != cuda::kSuccess) return r;
     module->alive = false;
     return cuda::kSuccess;
 }

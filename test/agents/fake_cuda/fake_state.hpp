@@ -154,6 +154,15 @@ inline CUresult usable_stream(State& s, CUstream_st*& stream) {
     return stream->context->sticky;
 }
 
+/// Module or event `handle`, usable: the error otherwise (no cuInit, destroyed, or its context
+/// has seen a device failure).
+template <class Handle>
+CUresult usable(const State& s, const Handle* handle) {
+    if (!s.initialized) return kErrorNotInitialized;
+    if (!handle->alive) return kErrorInvalidHandle;
+    return handle->context->sticky;
+}
+
 /// Whether `stream` is held up behind a kernel that spins or failed: work queued on it waits.
 inline bool held_up(const CUstream_st* stream) {
     return stream->spinning || stream->failure != cuda::kSuccess;

@@ -76,9 +76,7 @@ FAKE_CUDA_EXPORT CUresult cuEventSynchronize(cuda::CUevent event) {
     if (event == nullptr) return kErrorInvalidHandle;
     auto& s = state();
     Lock lock(s.mutex);
-    if (!s.initialized) return kErrorNotInitialized;
-    if (!event->alive) return kErrorInvalidHandle;
-    if (event->context->sticky != cuda::kSuccess) return event->context->sticky;
+    if (CUresult r = usable(s, event); r != cuda::kSuccess) return r;
     if (event->failure != cuda::kSuccess) return seen(event->context, event->failure);
     if (event->spinning) return wait_for_destruction(s, lock, event->context);
     return cuda::kSuccess;
@@ -88,9 +86,7 @@ FAKE_CUDA_EXPORT CUresult cuEventDestroy_v2(cuda::CUevent event) {
     if (event == nullptr) return kErrorInvalidHandle;
     auto& s = state();
     std::lock_guard lock(s.mutex);
-    if (!s.initialized) return kErrorNotInitialized;
-    if (!event->alive) return kErrorInvalidHandle;
-    if (event->context->sticky != cuda::kSuccess) return event->context->sticky;
+    if (CUresult r = usable(s, event); r != cuda::kSuccess) return r;
     event->alive = false;
     return cuda::kSuccess;
 }
