@@ -230,8 +230,7 @@ void Agent::Impl::on_gpu_transfer(Incoming&& in, std::uint64_t conn, const wire:
     bool queued = pool->submit([this, t, gpu, conn, is_read] {
         Result<Bytes> out = Bytes{};
         if (is_read) {
-            out->resize(t->length);
-            if (auto r = gpu->read(t->name, t->offset, *out); !r) out = tl::make_unexpected(r.error());
+            out = gpu->read(t->name, t->offset, t->length);
         } else if (auto w = gpu->write(t->name, t->offset, t->bytes); !w) {
             out = tl::make_unexpected(w.error());
         }

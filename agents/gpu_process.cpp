@@ -409,13 +409,14 @@ Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry,
 
 // Reads and writes go through the window in pieces of at most its size (a zero-length one still
 // asks the process, which checks the range).
-Result<void> GpuProcess::read(std::string_view name, std::uint64_t offset,
-                              std::span<std::byte> out) {
+Result<Bytes> GpuProcess::read(std::string_view name, std::uint64_t offset, std::uint64_t length) {
     std::lock_guard lock(impl_->mutex);
     auto window = impl_->window->bytes();
+    Bytes out;
+    out.reserve(length);
     std::uint64_t done = 0;
     do {
-        const std::uint64_t n = std::min<std::uint64_t>(window.size(), out.size() - done);
+        const std::uint64_t n = std::min<std::uint64_t>(window.size(), length - done);
         auto r = impl_->call(proto::encode_read({std::string(name), offset + done, n}),
                              Clock::now() + kRequestTimeout, Errc::internal);
         if (!r) return tl::make_unexpected(r.error());
@@ -425,10 +426,10 @@ Result<void> GpuProcess::read(std::string_view name, std::uint64_t offset,
             return fail(Errc::internal,
                         fmt::format("{}: the GPU process returned {} bytes of a read of {}",
                                     impl_->where, *bytes, n));
-        std::memcpy(out.data() + done, window.data(), n);
+        out.insert(out.end(), window.begin(), window.begin() + static_cast<std::ptrdiff_t>(n));
         done += n;
-    } while (done < out.size());
-    return {};
+    } while (done < length);
+    return out;
 }
 
 Result<void> GpuProcess::write(std::string_view name, std::uint64_t offset,

@@ -86,8 +86,9 @@ public:
                          std::span<const std::byte> args, std::uint32_t result_bytes,
                          const GpuGeometry& geometry, std::chrono::milliseconds timeout);
     /// As GpuDevice::read and write, through the shared window (gpu_process_protocol.hpp) in
-    /// pieces of at most its size.
-    Result<void> read(std::string_view name, std::uint64_t offset, std::span<std::byte> out);
+    /// pieces of at most its size. A read's bytes are copied once, from the window into the
+    /// returned buffer (no zero-fill first: at 16 MiB that was a second pass over the bytes).
+    Result<Bytes> read(std::string_view name, std::uint64_t offset, std::uint64_t length);
     Result<void> write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in);
 
     /// Times the process was replaced (its context recreated) after a fault, a timeout or its

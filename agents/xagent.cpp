@@ -289,8 +289,10 @@ int main(int argc, char** argv) {
     config.per_connection = {inflight_mib << 20, inflight_calls};
     config.all_connections = {total_mib << 20, total_calls};
     config.handshake_timeout = std::chrono::milliseconds(handshake_ms);
-    // Freed message buffers are kept for the next message instead of unmapped (memory_reuse.hpp).
+    // Freed message buffers are kept for the next message instead of unmapped, in the one heap
+    // that every thread allocates from (memory_reuse.hpp).
     keep_freed_memory(max_message);
+    one_heap_for_all_threads();
     config.loopback_only = loopback;
     config.workers_lead = !no_worker_progress;
     config.peers = peers;

@@ -108,6 +108,7 @@ struct Config {
     std::string transport = "tcp";
     std::string cubin;
     std::string xagent;
+    std::string cuda_library = agent::kCudaDriverLibrary;
     std::string csv, json;
 };
 
@@ -118,9 +119,9 @@ std::uint64_t u64_of(const Bytes& b) {
     return v;
 }
 
-Bytes must(const Result<Bytes>& r, const std::string& what) {
+Bytes must(Result<Bytes>&& r, const std::string& what) {
     if (!r) throw std::runtime_error(fmt::format("{} failed: {}", what, r.error().describe()));
-    return *r;
+    return std::move(*r);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -307,8 +308,11 @@ int main(int argc, char** argv) {
     options.add("--transport", cfg.transport, "client-agent transport: tcp or shm")
         .transport();
     options.add("--cubin", cfg.cubin,
-                fmt::format("the native kernels' cubin (default: ${}, else the one built: {})", kCubinEnv,
-                            *kBuiltCubin ? kBuiltCubin : "none, nvcc was not found"));
+                fmt::format("the native kernels' cubin (default: ${}, else the one built: {}); 'none': no native rows",
+                            kCubinEnv, *kBuiltCubin ? kBuiltCubin : "none, nvcc was not found"));
+    options.add("--cuda-library", cfg.cuda_library,
+                "the CUDA driver this program and its agent load; the tests' fake driver "
+                "(test/agents/libbitship_fake_cuda.so in the build, with --cubin none) times the host side without a GPU");
     options.add("--xagent", cfg.xagent, fmt::format("the xagent to start (default: ${}, else the one built)", kXagentEnv));
     options.add("--csv", cfg.csv, "write the rows as CSV here");
     options.add("--json", cfg.json, "write the rows as JSON here");
@@ -317,12 +321,13 @@ int main(int argc, char** argv) {
         const char* env = std::getenv(kCubinEnv);
         cfg.cubin = env && *env ? env : kBuiltCubin;
     }
+    if (cfg.cubin == "none") cfg.cubin.clear();
     if (cfg.xagent.empty())
         if (const char* env = std::getenv(kXagentEnv); env && *env) cfg.xagent = env;
     if (!cfg.xagent.empty()) launch::AgentProcess::binary() = cfg.xagent;
 
     // 0. A GPU, or nothing to measure.
-    auto driver = agent::load_cuda_driver();
+    auto driver = agent::load_cuda_driver(cfg.cuda_library);
     if (!driver || driver->devices.empty()) {
         fmt::print("gpu_reduce: needs a GPU: {}\n", driver ? "the CUDA driver lists no GPU" : driver.error().message);
         return kNoGpuExit;
@@ -358,7 +363,8 @@ int main(int argc, char** argv) {
         if (!transport) throw std::runtime_error(transport.error().message);
         launch::AgentProgram program{launch::AgentProcess::binary(), {}, kAgentStartTimeout};
         agent.emplace(program, cfg.transport,
-                      std::vector<std::string>{"--sandbox", "none", "--region", fmt::format("data={}@gpu0", bytes), "--log-level", "warn"});
+                      std::vector<std::string>{"--sandbox", "none", "--region", fmt::format("data={}@gpu0", bytes), "--log-level", "warn",
+                                               "--cuda-library", cfg.cuda_library});
         auto client = make_client(*transport);
         auto target = client.connect(agent->address());
         if (!target) throw std::runtime_error(target.error().describe());
@@ -424,8 +430,8 @@ int main(int argc, char** argv) {
 
         // (c) and (d): this process's own context, buffer and the nvcc kernels.
         if (cfg.cubin.empty()) {
-            fmt::print("(c) native sum: not measured: no cubin (nvcc was not found at build time; --cubin or ${})\n",
-                       kCubinEnv);
+            fmt::print("(c) native sum: not measured: no cubin (--cubin none, or nvcc was not found at build time; --cubin or "
+                       "${})\n", kCubinEnv);
         } else {
             try {
                 auto native = NativeGpu::open(driver->api, 0, bytes, cfg.cubin);
@@ -484,7 +490,7 @@ int main(int argc, char** argv) {
                 auto settle = [&] {
                     auto [off, f] = std::move(inflight.front());
                     inflight.pop_front();
-                    auto b = must(f.get(), fmt::format("GET at {}", off));
+                    auto b = must(std::move(f).get(), fmt::format("GET at {}", off));
                     // Spot checks (first and last u64 of each chunk): a full check would time this client.
                     for (std::uint64_t at : {std::uint64_t{0}, b.size() - 8}) {
                         std::uint64_t v = 0;
@@ -569,7 +575,8 @@ int main(int argc, char** argv) {
                                                             {"block", std::to_string(kThreadsPerBlock)},
                                                             {"transport", cfg.transport},
                                                             {"reps", std::to_string(cfg.reps)},
-                                                            {"cubin", cfg.cubin}};
+                                                            {"cubin", cfg.cubin},
+                                                            {"cuda_library", cfg.cuda_library}};
     if (!cfg.csv.empty()) bench::write_csv(cfg.csv, rows);
     if (!cfg.json.empty()) bench::write_json(cfg.json, "gpu_reduce", config, rows);
     return failures.empty() ? 0 : 1;

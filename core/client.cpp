@@ -294,7 +294,7 @@ Future Client::get(const RemoteRegion& region, std::uint64_t offset, std::uint32
     auto c = impl_->new_call(region.target, Kind::get);
     c->region = region;
     c->offset = offset;
-    c->scratch.resize(length);
+    c->length = length;
     impl_->submit_from_caller(c);
     return Future(c);
 }

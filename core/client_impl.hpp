@@ -83,6 +83,7 @@ struct CallState {
     // RMA: the region, where, and (get_chain) the walk.
     RemoteRegion region;
     std::uint64_t offset = 0;
+    std::uint64_t length = 0; ///< get: how many bytes
     // RUN: the slot of the peer's bulk window this call holds until answered (-1: none), and
     // which of the peer's windows it is in.
     int window_slot = -1;

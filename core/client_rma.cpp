@@ -45,14 +45,15 @@ void Client::Impl::issue_rma(Peer& p, const std::shared_ptr<CallState>& c, const
         return;
     }
     pending[c->id] = c;
-    if (is_get) c->scratch.resize(length);
     if (rkey->local_base) {
         // Mapped: the copy is the whole operation, done before anything else can run.
-        if (is_get) std::memcpy(c->scratch.data(), rkey->local_base + offset, length);
+        const auto* at = rkey->local_base + offset;
+        if (is_get) c->scratch.assign(at, at + length);
         else std::memcpy(rkey->local_base + offset, c->args.data(), length);
         after(UCS_OK);
         return;
     }
+    if (is_get) c->scratch.resize(length);
     auto remote = region.base + offset;
     auto* local = is_get ? c->scratch.data() : c->args.data();
     if (is_get) engine->get(p.ep, rkey->rkey, remote, local, length, std::move(after));
@@ -65,7 +66,7 @@ void Client::Impl::start_rma(Peer& p, const std::shared_ptr<CallState>& c) {
         return;
     }
     bool is_get = c->kind == Kind::get;
-    auto length = is_get ? c->scratch.size() : c->args.size();
+    auto length = is_get ? c->length : c->args.size();
     issue_rma(p, c, c->region, c->offset, length, is_get, [this, c, is_get](ucs_status_t s) {
         if (!pending.erase(c->id)) return; // already failed (disconnect, deadline)
         if (s != UCS_OK) c->complete(tl::make_unexpected(from_ucs(s, is_get ? "RDMA GET" : "RDMA PUT")));
@@ -104,8 +105,8 @@ void Client::Impl::chain_step(const std::shared_ptr<CallState>& c, std::span<con
             return;
         }
         if (rkey->local_base) {
-            c->scratch.resize(step->length);
-            std::memcpy(c->scratch.data(), rkey->local_base + step->offset, step->length);
+            const auto* at = rkey->local_base + step->offset;
+            c->scratch.assign(at, at + step->length);
             last = c->scratch;
             continue;
         }
@@ -145,7 +146,7 @@ Result<bool> Client::mapped(const RemoteRegion& region) {
 }
 void Client::Impl::start_gpu_transfer(Peer& p, const std::shared_ptr<CallState>& c) {
     const bool is_get = c->kind == Kind::get;
-    const std::uint64_t length = is_get ? c->scratch.size() : c->args.size();
+    const std::uint64_t length = is_get ? c->length : c->args.size();
     const auto& r = c->region;
     if (c->offset > r.size || length > r.size - c->offset) {
         c->complete(fail(Errc::out_of_bounds, fmt::format("{} bytes at offset {} lie outside GPU region '{}' ({} bytes) of {}",
@@ -160,7 +161,6 @@ void Client::Impl::start_gpu_transfer(Peer& p, const std::shared_ptr<CallState>&
         return;
     }
     if (is_get) {
-        c->scratch = {}; // the reply brings the bytes
         engine->send(p.ep, wire::encode_gpu_read(c->id, {r.name, c->offset, length}));
     } else {
         engine->send(p.ep, wire::encode_gpu_write(c->id, {r.name, c->offset, c->args}));

@@ -187,6 +187,9 @@ void Client::Impl::on_message(Incoming&& in) {
         // group's answers never go through one.
         if (!res.window && !c->each && in.payload.size() >= kWindowResultMin) ask_window(*p);
         Result<Bytes> bytes = res.window ? window_result(*p, *c, *res.window) : Result<Bytes>(std::move(in.payload));
+        if (bytes && c->kind == Kind::get && bytes->size() != c->length) // a GPU region's read
+            bytes = fail(Errc::malformed_message, fmt::format("{} answered a read of {} bytes of GPU region '{}' with {}",
+                                                              agent_name(*p), c->length, c->region.name, bytes->size()));
         give_back_slot(*p, *c);
         c->complete(std::move(bytes));
         return;

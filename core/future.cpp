@@ -57,10 +57,20 @@ Result<void> wait_done(const Future& f, const detail::CallState& s) {
 }
 } // namespace
 
-Result<Bytes> Future::get() const {
+Result<Bytes> Future::get() const& {
     if (!state_) return fail(Errc::invalid_argument, "empty future");
     if (auto done = wait_done(*this, *state_); !done) return tl::make_unexpected(done.error());
     std::lock_guard lock(state_->mutex);
+    return state_->result;
+}
+
+Result<Bytes> Future::get() && {
+    if (!state_) return fail(Errc::invalid_argument, "empty future");
+    if (auto done = wait_done(*this, *state_); !done) return tl::make_unexpected(done.error());
+    std::lock_guard lock(state_->mutex);
+    // Alone: no one else can reach the call any more (every other reader held a reference,
+    // and read under this mutex before letting it go). Else another copy may still read it.
+    if (state_.use_count() == 1) return std::move(state_->result);
     return state_->result;
 }
 

@@ -44,4 +44,12 @@ bool keep_freed_memory(std::size_t largest_block) {
 #endif
 }
 
+bool one_heap_for_all_threads() {
+#if defined(BITSHIP_GLIBC_MALLOC)
+    return mallopt(M_ARENA_MAX, 1) == 1;
+#else
+    return false;
+#endif
+}
+
 } // namespace bitship

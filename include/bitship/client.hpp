@@ -172,8 +172,11 @@ public:
     [[nodiscard]] bool ready() const noexcept;
     /// Waits up to `timeout`; true when the result is in.
     bool wait_for(std::chrono::nanoseconds timeout) const;
-    /// Waits for the result (bounded by the call's deadline) and returns it.
-    [[nodiscard]] Result<Bytes> get() const;
+    /// Waits for the result (bounded by the call's deadline) and returns a copy of it.
+    [[nodiscard]] Result<Bytes> get() const&;
+    /// As get(), on a future done with (`std::move(f).get()`): when no other Future shares the
+    /// call, its result is moved out instead of copied, which saves a pass over a large reply.
+    [[nodiscard]] Result<Bytes> get() &&;
     /// What Future::join makes of its parts' results (moved out of them, in order).
     using Join = std::function<Result<Bytes>(std::vector<Bytes>& parts)>;
     /// One future for several calls (a fan-out): completes with `join` of their results once

@@ -297,6 +297,33 @@ TEST_CASE("large arguments and results travel by rendezvous, intact", "[integrat
     }
 }
 
+TEST_CASE("get on a future done with moves its result out, and a future shared with copies copies it", "[integration]") {
+    AgentProcess agent("tcp");
+    auto client = make_client("tcp");
+    auto target = connect(client, agent);
+    Bytes args(300000);
+    for (std::size_t i = 0; i < args.size(); ++i) args[i] = static_cast<std::byte>(i * 7);
+    auto shared = client.ship_bytes(behaviour_kernels::echo, target, args);
+    auto copy = shared;
+    auto first = std::move(shared).get(); // another Future shares the call: a copy
+    REQUIRE(first);
+    CHECK(*first == args);
+    auto again = copy.get(); // so this one still reads it
+    REQUIRE(again);
+    CHECK(*again == args);
+    auto last = std::move(copy).get(); // alone now: moved out
+    REQUIRE(last);
+    CHECK(*last == args);
+    // A future alone from the start, and one that failed.
+    auto alone = client.ship_bytes(behaviour_kernels::echo, target, args).get();
+    REQUIRE(alone);
+    CHECK(*alone == args);
+    auto failed = client.ship(behaviour_kernels::fail_with_42, target).get();
+    REQUIRE_FALSE(failed);
+    CHECK(failed.error().code == Errc::kernel_failed);
+    CHECK_FALSE(Future{}.get());
+}
+
 TEST_CASE("connecting where no agent listens fails within the connect timeout", "[integration]") {
     ClientOptions o;
     o.loopback_only = true;
