@@ -97,13 +97,16 @@ std::string ucx_tls_for(Transport transport) {
 }
 
 std::optional<PerftestResult> run_perftest(Transport transport, const std::string& test, std::size_t size,
-                                           std::size_t iterations, std::size_t warmup) {
+                                           std::size_t iterations, std::size_t warmup, bool error_handling) {
     std::mt19937 rng(std::random_device{}());
     auto port = std::to_string(20000 + rng() % 20000);
     std::vector<std::string> env{"UCX_TLS=" + ucx_tls_for(transport)};
     if (!std::getenv("UCX_NET_DEVICES")) env.emplace_back("UCX_NET_DEVICES=lo");
+    if (error_handling && transport != Transport::tcp) env.emplace_back("UCX_MM_ERROR_HANDLING=y");
 
-    auto server = spawn({"ucx_perftest", "-p", port}, env);
+    std::vector<std::string> server_argv{"ucx_perftest", "-p", port};
+    if (error_handling) server_argv.emplace_back("-e");
+    auto server = spawn(server_argv, env);
     if (server.pid < 0) {
         std::fprintf(stderr, "ucx_perftest not found (install ucx-utils): no bare-UCX baseline\n");
         return std::nullopt;
@@ -111,6 +114,7 @@ std::optional<PerftestResult> run_perftest(Transport transport, const std::strin
     std::this_thread::sleep_for(kServerStartup);
     std::vector<std::string> client_argv{"ucx_perftest", "127.0.0.1", "-p", port, "-t", test, "-s", std::to_string(size),
                                          "-n", std::to_string(iterations), "-w", std::to_string(warmup), "-f"};
+    if (error_handling) client_argv.emplace_back("-e");
     std::string output;
     int rc = -1;
     for (int attempt = 0; attempt < kClientTries && rc != 0; ++attempt) {

@@ -26,8 +26,12 @@ std::string ucx_tls_for(Transport transport);
 
 /// Runs `ucx_perftest` as a server and a client on 127.0.0.1 (UCX_NET_DEVICES=lo unless set):
 /// `test` is ucp_am_lat or ucp_am_bw, `size` the message bytes. nullopt (with a line on
-/// stderr saying why) when ucx_perftest is missing or fails.
+/// stderr saying why) when ucx_perftest is missing or fails. `error_handling` (ucx_perftest -e)
+/// makes its endpoints as bitship's engine makes its own, with peer error handling, and over
+/// shared memory with UCX_MM_ERROR_HANDLING=y as the engine sets it: without that, UCX 1.13
+/// silently moves such endpoints to TCP, and `-e` measured TCP's rate (4.2 GB/s for 16 MiB
+/// messages here, against 13.3 with it).
 std::optional<PerftestResult> run_perftest(Transport transport, const std::string& test, std::size_t size,
-                                           std::size_t iterations, std::size_t warmup);
+                                           std::size_t iterations, std::size_t warmup, bool error_handling = false);
 
 } // namespace bitship::bench
