@@ -86,6 +86,9 @@ struct RunRequest {
 /// A kernel this long pays the engine's thread's wake-up (a few µs) to keep the agent answering
 /// while it runs; a shorter one keeps the token's hand-off free.
 inline constexpr std::uint64_t kLongKernelNs = 100'000;
+/// GPU region reads this large or more are answered from the GPU process's window (no copy in
+/// the agent) when a read slot is free; smaller ones cost less copied into the message.
+inline constexpr std::uint64_t kWindowReadMin = 64 << 10;
 /// log_limiter's key for refused connections (no connection has this id).
 inline constexpr std::uint64_t kRefusedConnections = ~std::uint64_t{0};
 /// run_sandboxed's `started` for a kernel on a pool worker: the engine's watchdog looks at it.
@@ -127,7 +130,7 @@ struct Link {
     X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
     X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)                         \
     X(window_args) X(window_results) X(partial_compiles) X(left_out_calls)                          \
-    X(gpu_runs) X(gpu_compiles) X(gpu_compile_failures) X(gpu_reads) X(gpu_writes)                  \
+    X(gpu_runs) X(gpu_compiles) X(gpu_compile_failures) X(gpu_reads) X(gpu_window_reads) X(gpu_writes) \
     X(last_gpu_ptx_ns) X(last_gpu_load_ns) X(group_runs) X(group_calls) X(busy_refusals) X(refused_connections) X(handshake_timeouts)
 
 struct Counters {

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -51,7 +52,17 @@ struct GpuProcess::Impl {
     proto::Ready info; ///< the first process's READY: constant afterwards
 
     mutable std::mutex mutex;
-    std::optional<proto::Window> window; ///< made once, passed to every process
+    /// Made once, passed to every process; shared with the read leases (read_in_window), so a
+    /// read slot stays mapped while a send still reads it, even past this object.
+    std::shared_ptr<const proto::Window> window;
+    /// The window's control part (launches, and reads and writes that copy), under `mutex`.
+    [[nodiscard]] std::span<std::byte> control() const noexcept { return window->bytes().first(proto::kWindowBytes); }
+    /// Which read slots are free (bit i: slot i), shared with the leases that give them back.
+    struct ReadSlots {
+        std::mutex mutex;
+        std::uint32_t free = (1u << proto::kReadSlots) - 1;
+    };
+    std::shared_ptr<ReadSlots> read_slots = std::make_shared<ReadSlots>();
     ChildProcess child;                  ///< pid -1 when none runs
     std::vector<GpuDevice::RegionView> regions;
     struct Kept {
@@ -306,7 +317,7 @@ Result<std::unique_ptr<GpuProcess>> GpuProcess::start(Options options) {
     impl->options = std::move(options);
     auto window = proto::Window::create();
     if (!window) return tl::make_unexpected(window.error());
-    impl->window.emplace(std::move(*window));
+    impl->window = std::make_shared<const proto::Window>(std::move(*window));
     std::lock_guard lock(impl->mutex);
     if (auto r = impl->begin(true); !r) return tl::make_unexpected(r.error());
     return std::unique_ptr<GpuProcess>(new GpuProcess(std::move(impl)));
@@ -374,7 +385,7 @@ Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry,
                                  std::span<const std::byte> args, std::uint32_t result_bytes,
                                  const GpuGeometry& geometry, std::chrono::milliseconds timeout) {
     std::lock_guard lock(impl_->mutex);
-    auto window = impl_->window->bytes();
+    auto window = impl_->control();
     if (args.size() > window.size() || result_bytes > window.size())
         return fail(
             Errc::too_large,
@@ -411,7 +422,7 @@ Result<Bytes> GpuProcess::launch(const CodeHash& hash, std::string_view entry,
 // asks the process, which checks the range).
 Result<Bytes> GpuProcess::read(std::string_view name, std::uint64_t offset, std::uint64_t length) {
     std::lock_guard lock(impl_->mutex);
-    auto window = impl_->window->bytes();
+    auto window = impl_->control();
     Bytes out;
     out.reserve(length);
     std::uint64_t done = 0;
@@ -435,7 +446,7 @@ Result<Bytes> GpuProcess::read(std::string_view name, std::uint64_t offset, std:
 Result<void> GpuProcess::write(std::string_view name, std::uint64_t offset,
                                std::span<const std::byte> in) {
     std::lock_guard lock(impl_->mutex);
-    auto window = impl_->window->bytes();
+    auto window = impl_->control();
     std::uint64_t done = 0;
     do {
         const std::uint64_t n = std::min<std::uint64_t>(window.size(), in.size() - done);
@@ -446,6 +457,35 @@ Result<void> GpuProcess::write(std::string_view name, std::uint64_t offset,
         done += n;
     } while (done < in.size());
     return {};
+}
+
+Result<std::optional<GpuProcess::WindowRead>> GpuProcess::read_in_window(std::string_view name, std::uint64_t offset,
+                                                                         std::uint64_t length) {
+    if (length == 0 || length > proto::kReadSlotBytes) return std::optional<WindowRead>{};
+    unsigned slot = 0;
+    {
+        std::lock_guard lock(impl_->read_slots->mutex);
+        auto& free = impl_->read_slots->free;
+        if (free == 0) return std::optional<WindowRead>{};
+        slot = static_cast<unsigned>(std::countr_zero(free));
+        free &= ~(1u << slot);
+    }
+    // From here the slot is the lease's: it goes back when the last holder drops it.
+    std::shared_ptr<const void> lease(nullptr, [slots = impl_->read_slots, window = impl_->window, slot](const void*) {
+        std::lock_guard lock(slots->mutex);
+        slots->free |= 1u << slot;
+    });
+    const std::uint64_t at = proto::kWindowBytes + std::uint64_t{slot} * proto::kReadSlotBytes;
+    std::lock_guard lock(impl_->mutex);
+    auto r = impl_->call(proto::encode_read({std::string(name), offset, length, at}), Clock::now() + kRequestTimeout,
+                         Errc::internal);
+    if (!r) return tl::make_unexpected(r.error());
+    auto bytes = proto::decode_ok(*r);
+    if (!bytes) return tl::make_unexpected(bytes.error());
+    if (*bytes != length)
+        return fail(Errc::internal,
+                    fmt::format("{}: the GPU process returned {} bytes of a read of {}", impl_->where, *bytes, length));
+    return std::optional<WindowRead>{WindowRead{impl_->window->bytes().subspan(at, length), std::move(lease)}};
 }
 
 std::uint64_t GpuProcess::module_evictions() const noexcept {

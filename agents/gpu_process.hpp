@@ -90,6 +90,16 @@ public:
     /// returned buffer (no zero-fill first: at 16 MiB that was a second pass over the bytes).
     Result<Bytes> read(std::string_view name, std::uint64_t offset, std::uint64_t length);
     Result<void> write(std::string_view name, std::uint64_t offset, std::span<const std::byte> in);
+    /// A read answered from the window itself: `bytes` lie in a read slot of the shared window
+    /// (gpu_protocol::kReadSlots of kReadSlotBytes), which stays this read's, and mapped, until
+    /// the last copy of `lease` is dropped (on any thread: hand it to the send that reads them).
+    struct WindowRead {
+        std::span<const std::byte> bytes;
+        std::shared_ptr<const void> lease;
+    };
+    /// As read(), into a free read slot, with no copy: for 1 to kReadSlotBytes bytes. None (and
+    /// no error) when the length does not suit or every slot is leased: read() then.
+    Result<std::optional<WindowRead>> read_in_window(std::string_view name, std::uint64_t offset, std::uint64_t length);
 
     /// Times the process was replaced (its context recreated) after a fault, a timeout or its
     /// death.

@@ -84,14 +84,14 @@ std::vector<std::byte> serve(GpuDevice& gpu, std::span<std::byte> window,
     case proto::Type::read: {
         auto m = proto::decode_read(frame);
         if (!m) return failed(m.error());
-        if (auto r = gpu.read(m->region, m->offset, window.first(m->length)); !r)
+        if (auto r = gpu.read(m->region, m->offset, window.subspan(m->at, m->length)); !r) // in range: decoded
             return failed(r.error());
         return proto::encode_ok(m->length);
     }
     case proto::Type::write: {
         auto m = proto::decode_write(frame);
         if (!m) return failed(m.error());
-        if (auto r = gpu.write(m->region, m->offset, window.first(m->length)); !r)
+        if (auto r = gpu.write(m->region, m->offset, window.subspan(m->at, m->length)); !r)
             return failed(r.error());
         return proto::encode_ok();
     }

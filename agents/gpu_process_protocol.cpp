@@ -91,13 +91,17 @@ Result<Transfer> decode_transfer(std::span<const std::byte> frame, Type type) {
     auto region = text(*r, kMaxName);
     auto offset = r->u64();
     auto length = r->u64();
-    if (!region || !offset || !length)
+    auto at = r->u64();
+    if (!region || !offset || !length || !at)
         return tl::make_unexpected(malformed(fmt::format("truncated {}", what)));
     if (*length > kWindowBytes)
         return tl::make_unexpected(malformed(
             fmt::format("a {} of {} bytes (the window holds {})", what, *length, kWindowBytes)));
+    if (*at > kWindowTotalBytes || *length > kWindowTotalBytes - *at)
+        return tl::make_unexpected(malformed(fmt::format(
+            "a {} of {} bytes at {} of the window, which ends at {}", what, *length, *at, kWindowTotalBytes)));
     if (auto end = at_end(*r, what); !end) return tl::make_unexpected(end.error());
-    return Transfer{std::move(*region), *offset, *length};
+    return Transfer{std::move(*region), *offset, *length, *at};
 }
 
 std::vector<std::byte> encode_transfer(Type type, const Transfer& m) {
@@ -105,6 +109,7 @@ std::vector<std::byte> encode_transfer(Type type, const Transfer& m) {
     put_text(w, m.region);
     w.u64(m.offset);
     w.u64(m.length);
+    w.u64(m.at);
     return std::move(w).take();
 }
 
@@ -115,7 +120,7 @@ Result<Window> Window::create() {
     if (fd < 0)
         return fail(Errc::io_error, fmt::format("memfd_create for the GPU process's window: {}",
                                                 std::strerror(errno)));
-    if (::ftruncate(fd, static_cast<off_t>(kWindowBytes)) != 0) {
+    if (::ftruncate(fd, static_cast<off_t>(kWindowTotalBytes)) != 0) {
         const int e = errno;
         ::close(fd);
         return fail(Errc::io_error,
@@ -131,15 +136,15 @@ Result<Window> Window::map(int fd) {
     if (::fstat(fd, &st) != 0)
         return fail(Errc::io_error,
                     fmt::format("the GPU window (fd {}): {}", fd, std::strerror(errno)));
-    if (static_cast<std::uint64_t>(st.st_size) != kWindowBytes)
+    if (static_cast<std::uint64_t>(st.st_size) != kWindowTotalBytes)
         return fail(Errc::invalid_argument,
                     fmt::format("the GPU window (fd {}) has {} bytes, not {}", fd, st.st_size,
-                                kWindowBytes));
-    void* p = ::mmap(nullptr, kWindowBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                                kWindowTotalBytes));
+    void* p = ::mmap(nullptr, kWindowTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED)
         return fail(Errc::io_error,
                     fmt::format("mapping the GPU window: {}", std::strerror(errno)));
-    return Window(fd, static_cast<std::byte*>(p), kWindowBytes);
+    return Window(fd, static_cast<std::byte*>(p), kWindowTotalBytes);
 }
 
 Window::Window(Window&& other) noexcept

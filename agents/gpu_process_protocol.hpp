@@ -4,7 +4,8 @@
 // a time, each answered by OK or FAILED; the process starts by sending READY (or FAILED).
 // Bulk bytes (a launch's arguments and result, what a region read or write moves) do not go
 // through the socket: they lie in the window, shared memory the agent makes (memfd) and the
-// process maps (fd 4), at offset 0; a frame says how many.
+// process maps (fd 4); a frame says how many, and a READ or WRITE where (at): offset 0, or a
+// read slot past the first kWindowBytes, which the agent answers its client from directly.
 //
 //   agent                                            bitship-gpu
 //                                          ◄──  READY {version, the GPU: name, bus id, sm, limits}
@@ -13,8 +14,8 @@
 //   UNLOAD_MODULE {hash}                   ──►  cuModuleUnload                ◄── OK {0}
 //   LAUNCH {hash, entry, geometry, result bytes, timeout, args bytes}  ──►  run, wait
 //                                               ◄── OK {result bytes, in the window}
-//   READ {region, offset, length}          ──►  device to the window          ◄── OK {length}
-//   WRITE {region, offset, length}         ──►  the window to device          ◄── OK {0}
+//   READ {region, offset, length, at}      ──►  device to the window at `at`  ◄── OK {length}
+//   WRITE {region, offset, length, at}     ──►  the window at `at` to device  ◄── OK {0}
 //   any of them                                 ◄── FAILED {code, poisoned, message}
 // FAILED marked poisoned is the process's last word: its CUDA context is unusable (a sticky
 // error such as CUDA_ERROR_ILLEGAL_ADDRESS, or a kernel that still runs past its time), which
@@ -37,7 +38,7 @@
 
 namespace bitship::agent::gpu_protocol {
 
-inline constexpr std::uint32_t kVersion = 2; ///< 2: UNLOAD_MODULE
+inline constexpr std::uint32_t kVersion = 3; ///< 2: UNLOAD_MODULE; 3: READ and WRITE say where in the window
 /// The process's fds: its end of the socket, and the window.
 inline constexpr int kProcessFd = 3;
 inline constexpr int kWindowFd = 4;
@@ -45,6 +46,12 @@ inline constexpr int kWindowFd = 4;
 /// agent), and a launch's arguments and its result must each fit. Its pages are had when first
 /// touched.
 inline constexpr std::uint64_t kWindowBytes = std::uint64_t{64} << 20;
+/// Past those, kReadSlots slots of kReadSlotBytes: a read the agent answers from the window
+/// itself (GpuProcess::read_in_window) lands in one, which stays its own until the answer is
+/// sent. The window's whole size is kWindowTotalBytes.
+inline constexpr std::uint64_t kReadSlotBytes = std::uint64_t{16} << 20;
+inline constexpr unsigned kReadSlots = 4;
+inline constexpr std::uint64_t kWindowTotalBytes = kWindowBytes + kReadSlots * kReadSlotBytes;
 /// PTX the agent sends (its own compiler's output) is far smaller than this.
 inline constexpr std::size_t kMaxPtxBytes = 64u << 20;
 /// Cap on one frame: LOAD_MODULE's PTX is the largest thing a frame carries.
@@ -86,10 +93,11 @@ struct Launch {
     std::chrono::milliseconds timeout{0};
     std::uint64_t args_bytes = 0; ///< in the window
 };
-struct Transfer { ///< READ or WRITE of `length` bytes (in the window)
+struct Transfer { ///< READ or WRITE of `length` bytes (in the window, at `at`)
     std::string region;
     std::uint64_t offset = 0;
     std::uint64_t length = 0;
+    std::uint64_t at = 0;
 };
 struct Failed {
     Error error;
@@ -99,9 +107,9 @@ struct Failed {
 /// The window: shared memory (a memfd), mapped read-write. Unmapped and closed on destruction.
 class Window {
 public:
-    /// A new one of kWindowBytes, for the agent (its fd passed to each process as kWindowFd).
+    /// A new one of kWindowTotalBytes, for the agent (its fd passed to each process as kWindowFd).
     static Result<Window> create();
-    /// The one on `fd`, for the process: refused unless it is kWindowBytes long.
+    /// The one on `fd`, for the process: refused unless it is kWindowTotalBytes long.
     static Result<Window> map(int fd);
     Window(Window&& other) noexcept;
     Window& operator=(Window&&) = delete;

@@ -432,14 +432,17 @@ void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
     rp.cb.send = &Engine::on_send_done;
     rp.user_data = record;
     rp.flags = kSendFlags;
-    bytes_sent_.fetch_add(m.payload.size(), std::memory_order_relaxed);
-    auto* req = ucp_am_send_nbx(ep, wire::kAmId, &m.header, sizeof m.header, m.payload.data(), m.payload.size(), &rp);
+    const auto bytes = m.bytes();
+    bytes_sent_.fetch_add(bytes.size(), std::memory_order_relaxed);
+    auto* req = ucp_am_send_nbx(ep, wire::kAmId, &m.header, sizeof m.header, bytes.data(), bytes.size(), &rp);
     if (req == nullptr) {
         m.payload = {};
+        m.borrowed = {};
+        m.keep.reset();
         spare.reset(record);
     } else if (!UCS_PTR_IS_ERR(req)) {
         sends_in_flight_.fetch_add(1, std::memory_order_relaxed); // on_send_done takes it off
-        record->hold = inflight_.charge(ep, m.payload.size());     // ... and this
+        record->hold = inflight_.charge(ep, bytes.size());         // ... and this
     } else {
         spdlog::debug("{} send failed: {}", wire::to_string(m.header.type), ucs_status_string(UCS_PTR_STATUS(req)));
         delete record;

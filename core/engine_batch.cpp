@@ -27,7 +27,7 @@ std::vector<Engine::Gathered>::iterator Engine::find_gathered(ucp_ep_h ep) {
 bool Engine::gather(ucp_ep_h ep, wire::Encoded& message) {
     // A guest's kernel runs with the token released; whoever progresses meanwhile sends as
     // ever, so replies to others never wait for the corked thread.
-    if (cork_owner_ != std::this_thread::get_id()) return false;
+    if (cork_owner_ != std::this_thread::get_id() || !message.borrowed.empty()) return false;
     const std::size_t bytes = sizeof(wire::Header) + message.payload.size();
     if (bytes > kBatchItemBytes || message.header.type == wire::Type::batch) return false;
     auto it = find_gathered(ep);

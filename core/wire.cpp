@@ -299,6 +299,14 @@ Encoded encode_result(std::uint64_t id, std::vector<std::byte> bytes) {
     return e;
 }
 
+Encoded encode_result(std::uint64_t id, std::span<const std::byte> bytes, std::shared_ptr<const void> keep) {
+    auto e = start(Type::result, id);
+    e.borrowed = bytes;
+    e.keep = std::move(keep);
+    e.header.payload_size = static_cast<std::uint32_t>(bytes.size());
+    return e;
+}
+
 Encoded encode_window_result(std::uint64_t id, const WindowSpan& where) {
     ByteWriter w;
     w.u64(where.offset);

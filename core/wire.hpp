@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -344,6 +345,14 @@ Result<void> decode_run(const Header& header, std::span<const std::byte> payload
 struct Encoded {
     Header header;
     std::vector<std::byte> payload;
+    /// Sent in place of `payload` (then empty), without a copy: memory that `keep` holds until
+    /// UCX is done with it, when the engine drops `keep` (on its own thread). Never gathered
+    /// into a BATCH.
+    std::span<const std::byte> borrowed;
+    std::shared_ptr<const void> keep;
+    [[nodiscard]] std::span<const std::byte> bytes() const noexcept {
+        return borrowed.empty() ? std::span<const std::byte>(payload) : borrowed;
+    }
 };
 
 /// The WELCOME capabilities block (Welcome::caps): written by encode_welcome, read by decode.
@@ -363,6 +372,8 @@ Encoded encode_welcome(const Welcome& w);
 Encoded encode_run(std::uint64_t id, const Run& r);
 Encoded encode_need_code(std::uint64_t id, const CodeHash& hash);
 Encoded encode_result(std::uint64_t id, std::vector<std::byte> bytes);
+/// A RESULT whose bytes are sent from where they lie, which `keep` holds until they are sent.
+Encoded encode_result(std::uint64_t id, std::span<const std::byte> bytes, std::shared_ptr<const void> keep);
 /// A RESULT whose bytes the agent wrote into the session's bulk window.
 Encoded encode_window_result(std::uint64_t id, const WindowSpan& where);
 Encoded encode_error(std::uint64_t id, Errc code, std::string_view message, std::int32_t kernel_code = 0);

@@ -24,6 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     for (auto decode : {proto::decode_read, proto::decode_write})
         if (auto m = decode(frame)) {
             if (m->length > proto::kWindowBytes) __builtin_trap();
+            // What the process then touches, window.subspan(at, length), lies in the window.
+            if (m->at > proto::kWindowTotalBytes || m->length > proto::kWindowTotalBytes - m->at) __builtin_trap();
             sink = sink + m->offset;
         }
     if (auto m = proto::decode_ok(frame)) {

@@ -286,6 +286,9 @@ TEST_CASE("gpu plumbing (fake driver): GPU region puts and gets round trip throu
     CHECK(back == pattern);
     CHECK(g.counter("gpu_writes") == kRegionBytes / kChunk);
     CHECK(g.counter("gpu_reads") == kRegionBytes / kChunk);
+    // 64 KiB reads are answered from the GPU process's window while a read slot is free.
+    CHECK(g.counter("gpu_window_reads") >= 1);
+    CHECK(g.counter("gpu_window_reads") <= kRegionBytes / kChunk);
 
     // A kernel's regions[0] is the memory the puts wrote.
     std::uint64_t expected = 0;
@@ -339,6 +342,61 @@ TEST_CASE("gpu plumbing (fake driver): GPU region puts and gets round trip throu
     auto still = g.client.ship(gpu_ops_kernels::sum_u64, g.target, on_gpu(), kRegionU64s).get();
     REQUIRE(still);
     CHECK(u64(*still) == filled_sum(kRegionU64s, 3, 1));
+}
+
+TEST_CASE("gpu plumbing (fake driver): reads answered from the GPU process's window arrive whole with more in "
+          "flight than it has read slots, and a client that leaves mid-read gives its slots back",
+          "[integration][gpu]") {
+    constexpr std::uint64_t kBig = std::uint64_t{64} << 20, kPiece = std::uint64_t{4} << 20, kMax = std::uint64_t{16} << 20;
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO("transport " << transport);
+    FakeGpuAgent g(transport, kKernelTimeout, {"--region", "big=64M@gpu0"});
+    auto big = g.client.region(g.target, "big");
+    REQUIRE(big);
+    Bytes pattern(kBig);
+    for (std::size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<std::byte>((i * 7919) ^ (i >> 16));
+    std::vector<Future> puts;
+    for (std::uint64_t off = 0; off < kBig; off += kPiece)
+        puts.push_back(g.client.put(*big, off, Bytes(pattern.begin() + off, pattern.begin() + off + kPiece)));
+    for (auto& f : puts) REQUIRE(f.get());
+
+    // Sixteen 4 MiB reads and four of the largest size at once: four slots, so some are copied.
+    const auto reads_before = g.counter("gpu_reads");
+    std::vector<std::pair<std::uint64_t, Future>> gets;
+    for (std::uint64_t off = 0; off < kBig; off += kPiece)
+        gets.emplace_back(off, g.client.get(*big, off, static_cast<std::uint32_t>(kPiece)));
+    for (std::uint64_t off = 0; off < kBig; off += kMax)
+        gets.emplace_back(off, g.client.get(*big, off, static_cast<std::uint32_t>(kMax)));
+    for (auto& [off, f] : gets) {
+        auto b = std::move(f).get();
+        INFO("read at " << off << ": " << said(b));
+        REQUIRE(b);
+        REQUIRE(std::equal(b->begin(), b->end(), pattern.begin() + static_cast<std::ptrdiff_t>(off)));
+    }
+    CHECK(g.counter("gpu_reads") - reads_before == gets.size());
+    CHECK(g.counter("gpu_window_reads") >= 1);
+
+    // A client that asks for eight of the largest reads and goes without taking them.
+    {
+        auto leaving = make_client(transport);
+        auto t = connect(leaving, g.agent);
+        auto r = leaving.region(t, "big");
+        REQUIRE(r);
+        for (int i = 0; i < 8; ++i) (void)leaving.get(*r, (i % 4) * kMax, static_cast<std::uint32_t>(kMax));
+    }
+    // Every slot comes back: four reads at once are then all answered from the window (the
+    // leaver's sends end when UCX sees it gone, which may take a moment on shared memory).
+    bool all_back = false;
+    for (int attempt = 0; attempt < 50 && !all_back; ++attempt) {
+        if (attempt) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        const auto before = g.counter("gpu_window_reads");
+        std::vector<Future> four;
+        for (std::uint64_t off = 0; off < kBig; off += kMax) four.push_back(g.client.get(*big, off, static_cast<std::uint32_t>(kMax)));
+        for (auto& f : four) REQUIRE(f.get());
+        all_back = g.counter("gpu_window_reads") - before == four.size();
+    }
+    CHECK(all_back);
+    CHECK(g.stops_cleanly());
 }
 
 TEST_CASE("gpu plumbing (fake driver): a GPU call to a restarted agent that lacks the code is "

@@ -99,12 +99,13 @@ TEST_CASE("gpu process protocol: every message round-trips and every truncation 
     CHECK(l->args_bytes == 16);
     check_prefixes_refused(proto::encode(launch), proto::decode_launch);
 
-    auto read = proto::decode_read(proto::encode_read({"data", 64, 4096}));
+    auto read = proto::decode_read(proto::encode_read({"data", 64, 4096, proto::kWindowBytes}));
     REQUIRE(read);
     CHECK(read->region == "data");
     CHECK(read->offset == 64);
     CHECK(read->length == 4096);
-    check_prefixes_refused(proto::encode_read({"data", 64, 4096}), proto::decode_read);
+    CHECK(read->at == proto::kWindowBytes);
+    check_prefixes_refused(proto::encode_read({"data", 64, 4096, proto::kWindowBytes}), proto::decode_read);
     auto write = proto::decode_write(proto::encode_write({"data", 0, 8}));
     REQUIRE(write);
     CHECK(write->length == 8);
@@ -131,6 +132,16 @@ TEST_CASE("gpu process protocol: sizes past the window, another message's type, 
     auto too_long = proto::decode_read(proto::encode_read({"data", 0, proto::kWindowBytes + 1}));
     REQUIRE_FALSE(too_long);
     CHECK_THAT(too_long.error().message, Catch::Contains("the window holds"));
+    // A read slot's place is checked against the window's end, without overflow.
+    const auto last_slot = proto::kWindowBytes + (proto::kReadSlots - 1) * proto::kReadSlotBytes;
+    auto in_last = proto::decode_read(proto::encode_read({"data", 0, proto::kReadSlotBytes, last_slot}));
+    REQUIRE(in_last);
+    CHECK(in_last->at == last_slot);
+    for (std::uint64_t at : {last_slot + 1, proto::kWindowTotalBytes, ~std::uint64_t{0}}) {
+        auto past_end = proto::decode_write(proto::encode_write({"data", 0, proto::kReadSlotBytes, at}));
+        REQUIRE_FALSE(past_end);
+        CHECK_THAT(past_end.error().message, Catch::Contains("of the window, which ends at"));
+    }
     auto ok_too_long = proto::decode_ok(proto::encode_ok(proto::kWindowBytes + 1));
     REQUIRE_FALSE(ok_too_long);
     proto::Launch launch;
@@ -174,14 +185,14 @@ TEST_CASE(
     "[unit]") {
     auto window = proto::Window::create();
     REQUIRE(window);
-    CHECK(window->bytes().size() == proto::kWindowBytes);
+    CHECK(window->bytes().size() == proto::kWindowTotalBytes);
     window->bytes()[5] = std::byte{42};
     auto again = proto::Window::map(::dup(window->fd()));
     REQUIRE(again);
     CHECK(again->bytes()[5] == std::byte{42}); // the same memory, mapped twice
     int pipe_fds[2];
     REQUIRE(::pipe(pipe_fds) == 0);
-    auto not_one = proto::Window::map(pipe_fds[0]); // not kWindowBytes long: refused, left open
+    auto not_one = proto::Window::map(pipe_fds[0]); // not kWindowTotalBytes long: refused, left open
     REQUIRE_FALSE(not_one);
     ::close(pipe_fds[0]);
     ::close(pipe_fds[1]);
