@@ -3,8 +3,10 @@
 # under concurrent calls, concurrent first compiles, eviction), and the agent tests where
 # threads meet: several callers waiting and leading progress in turn, a long kernel handing
 # progress to the engine's thread (and the pool's workers' answers gathered for it), concurrent first calls to one bundle, eviction under calls;
-# the in-flight ledger's holds, let go on many threads; and the progress token passed between threads.
-# Their xagent and bitship-compiler processes are built the same way; every process writes its
+# the in-flight ledger's holds, let go on many threads; the progress token passed between threads;
+# and GPU region reads sent from the GPU process's window, whose read slots the engine's thread
+# gives back (on the tests' fake driver).
+# Their xagent, bitship-compiler and bitship-gpu processes are built the same way; every process writes its
 # reports under one directory, and any report fails this script (UCX and LLVM are not
 # instrumented: what happens inside them is not seen, their locks and threads are).
 set -euo pipefail
@@ -15,7 +17,7 @@ cd "$(dirname "$0")/.."
 export UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_MALLOC_HOOKS=no
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 cmake --preset tsan >/dev/null
-cmake --build --preset tsan --target jit_test core_tsan_test agents_tsan_test xagent bitship-compiler
+cmake --build --preset tsan --target jit_test core_tsan_test agents_tsan_test xagent bitship-compiler bitship-gpu
 reports=$(mktemp -d /tmp/bitship-tsan-XXXXXX)
 export TSAN_OPTIONS="halt_on_error=0:second_deadlock_stack=1:log_path=$reports/report"
 
@@ -31,7 +33,8 @@ for t in "4 client threads x 1000 ships*" \
          "first calls to three kernels of one bundle*" \
          "an agent with --cache-mib serves many distinct kernels*" \
          "a connection past its in-flight call limit*" \
-         "a Batch the engine's thread took while the worker ran a long kernel*"; do
+         "a Batch the engine's thread took while the worker ran a long kernel*" \
+         "gpu plumbing (fake driver): reads answered from the GPU process's window*"; do
     build-tsan/test/agents/agents_tsan_test --warn NoTests "$t" || status=1
 done
 
