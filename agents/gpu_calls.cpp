@@ -229,10 +229,12 @@ void Agent::Impl::on_gpu_transfer(Incoming&& in, std::uint64_t conn, const wire:
     t->in = std::move(in);
     bool queued = pool->submit([this, t, gpu, conn, is_read] {
         Result<Bytes> out = Bytes{};
-        if (is_read && t->length >= kWindowReadMin) {
+        if (is_read) {
             // Answered from the GPU process's window, where the device put the bytes: no copy
-            // here, and the read slot goes back once the send is done with it.
-            auto leased = gpu->read_in_window(t->name, t->offset, t->length);
+            // here, and the read slot goes back once the send is done with it. A small read, or
+            // one that finds every slot in use, is copied.
+            auto leased = t->length >= kWindowReadMin ? gpu->read_in_window(t->name, t->offset, t->length)
+                                                      : Result<std::optional<GpuProcess::WindowRead>>{};
             if (leased && *leased) {
                 counters.gpu_window_reads.fetch_add(1, std::memory_order_relaxed);
                 engine->post([this, t, conn, read = std::move(**leased)]() mutable {
@@ -241,10 +243,7 @@ void Agent::Impl::on_gpu_transfer(Incoming&& in, std::uint64_t conn, const wire:
                 });
                 return;
             }
-            if (!leased) out = tl::make_unexpected(leased.error());
-            else out = gpu->read(t->name, t->offset, t->length); // every slot in use
-        } else if (is_read) {
-            out = gpu->read(t->name, t->offset, t->length);
+            out = leased ? gpu->read(t->name, t->offset, t->length) : tl::make_unexpected(leased.error());
         } else if (auto w = gpu->write(t->name, t->offset, t->bytes); !w) {
             out = tl::make_unexpected(w.error());
         }

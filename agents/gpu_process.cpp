@@ -252,6 +252,20 @@ struct GpuProcess::Impl {
         return tl::make_unexpected(std::move(error));
     }
 
+    /// READ of `length` bytes of region `name` at `offset` into the window at `at`: done when it
+    /// returns, all of them (with `mutex` held).
+    Result<void> read_to_window(std::string_view name, std::uint64_t offset, std::uint64_t length, std::uint64_t at) {
+        auto r = call(proto::encode_read({std::string(name), offset, length, at}), Clock::now() + kRequestTimeout,
+                      Errc::internal);
+        if (!r) return tl::make_unexpected(r.error());
+        auto bytes = proto::decode_ok(*r);
+        if (!bytes) return tl::make_unexpected(bytes.error());
+        if (*bytes != length)
+            return fail(Errc::internal,
+                        fmt::format("{}: the GPU process returned {} bytes of a read of {}", where, *bytes, length));
+        return {};
+    }
+
     /// Loads module `hash` in the current process, from its kept PTX, unless it has.
     Result<void> ensure_loaded(const CodeHash& hash) {
         if (loaded.contains(hash)) return {};
@@ -428,15 +442,7 @@ Result<Bytes> GpuProcess::read(std::string_view name, std::uint64_t offset, std:
     std::uint64_t done = 0;
     do {
         const std::uint64_t n = std::min<std::uint64_t>(window.size(), length - done);
-        auto r = impl_->call(proto::encode_read({std::string(name), offset + done, n}),
-                             Clock::now() + kRequestTimeout, Errc::internal);
-        if (!r) return tl::make_unexpected(r.error());
-        auto bytes = proto::decode_ok(*r);
-        if (!bytes) return tl::make_unexpected(bytes.error());
-        if (*bytes != n)
-            return fail(Errc::internal,
-                        fmt::format("{}: the GPU process returned {} bytes of a read of {}",
-                                    impl_->where, *bytes, n));
+        if (auto r = impl_->read_to_window(name, offset + done, n, 0); !r) return tl::make_unexpected(r.error());
         out.insert(out.end(), window.begin(), window.begin() + static_cast<std::ptrdiff_t>(n));
         done += n;
     } while (done < length);
@@ -477,14 +483,7 @@ Result<std::optional<GpuProcess::WindowRead>> GpuProcess::read_in_window(std::st
     });
     const std::uint64_t at = proto::kWindowBytes + std::uint64_t{slot} * proto::kReadSlotBytes;
     std::lock_guard lock(impl_->mutex);
-    auto r = impl_->call(proto::encode_read({std::string(name), offset, length, at}), Clock::now() + kRequestTimeout,
-                         Errc::internal);
-    if (!r) return tl::make_unexpected(r.error());
-    auto bytes = proto::decode_ok(*r);
-    if (!bytes) return tl::make_unexpected(bytes.error());
-    if (*bytes != length)
-        return fail(Errc::internal,
-                    fmt::format("{}: the GPU process returned {} bytes of a read of {}", impl_->where, *bytes, length));
+    if (auto r = impl_->read_to_window(name, offset, length, at); !r) return tl::make_unexpected(r.error());
     return std::optional<WindowRead>{WindowRead{impl_->window->bytes().subspan(at, length), std::move(lease)}};
 }
 

@@ -521,28 +521,24 @@ int main(int argc, char** argv) {
             rows.push_back({{{"row", "get_region"}}, get_s, {{"bytes", double(region->size)}, {"chunk", double(chunk)}}});
             get_gb_s = gb_per_s(double(region->size), get_s.median);
             get_chunk = chunk;
-            // (e') The same messages through bare UCX, agent idle meanwhile.
-            if (auto floor = bench::run_perftest(*parse_transport(cfg.transport), "ucp_am_bw", chunk, kFloorIterations,
-                                                 kFloorWarmup)) {
-                floor_gb_s = floor->bandwidth_mib_s * double(1 << 20) / 1e9;
-                // Its time: the region's bytes at that rate.
-                const auto at_floor = one(double(region->size) / (*floor_gb_s * 1e3));
-                print_row("(e') floor: ucx_perftest ucp_am_bw", at_floor,
-                          fmt::format("{:.2f} GB/s, {} B messages: {}", *floor_gb_s, chunk, floor->command));
-                rows.push_back({{{"row", "get_floor_ucx_am_bw"}}, at_floor, {{"gb_s", *floor_gb_s}, {"chunk", double(chunk)}}});
-            } else {
-                fmt::print("(e') floor: ucx_perftest did not run (see above)\n");
-            }
+            // (e') The same messages through bare UCX, agent idle meanwhile; a row's time is the
+            // region's bytes at its rate.
+            auto floor_row = [&](bool error_handling, const char* label, const char* row,
+                                 const std::string& what) -> std::optional<double> {
+                auto floor = bench::run_perftest(*transport, "ucp_am_bw", chunk, kFloorIterations, kFloorWarmup, error_handling);
+                if (!floor) return std::nullopt;
+                const double gb_s = floor->bandwidth_mib_s * double(1 << 20) / 1e9;
+                const auto at_floor = one(double(region->size) / (gb_s * 1e3));
+                print_row(label, at_floor, fmt::format("{:.2f} GB/s{}: {}", gb_s, what, floor->command));
+                rows.push_back({{{"row", row}}, at_floor, {{"gb_s", gb_s}, {"chunk", double(chunk)}}});
+                return gb_s;
+            };
+            floor_gb_s = floor_row(false, "(e') floor: ucx_perftest ucp_am_bw", "get_floor_ucx_am_bw",
+                                   fmt::format(", {} B messages", chunk));
+            if (!floor_gb_s) fmt::print("(e') floor: ucx_perftest did not run (see above)\n");
             // (e'') The same with peer error handling, as bitship's endpoints are made: the floor
             // of any reply that crosses UCX as a message.
-            if (auto floor = bench::run_perftest(*parse_transport(cfg.transport), "ucp_am_bw", chunk, kFloorIterations,
-                                                 kFloorWarmup, true)) {
-                floor_eh_gb_s = floor->bandwidth_mib_s * double(1 << 20) / 1e9;
-                const auto at_floor = one(double(region->size) / (*floor_eh_gb_s * 1e3));
-                print_row("(e'') the same, error handling", at_floor,
-                          fmt::format("{:.2f} GB/s: {}", *floor_eh_gb_s, floor->command));
-                rows.push_back({{{"row", "get_floor_ucx_am_bw_err"}}, at_floor, {{"gb_s", *floor_eh_gb_s}, {"chunk", double(chunk)}}});
-            }
+            floor_eh_gb_s = floor_row(true, "(e'') the same, error handling", "get_floor_ucx_am_bw_err", "");
         }
     } catch (const std::exception& e) {
         fmt::print(stderr, "gpu_reduce: {}\n", e.what());
