@@ -195,6 +195,13 @@ void Agent::Impl::prepare_ctx(bs_ctx& ctx, const RunRequest& r) {
     ctx.run = &r.run;
     ctx.regions = regions.get();
     ctx.create_region = [this](const char* name, std::size_t size) { return create_region_from_worker(name, size); };
+    // A single call's large result goes straight into the slot its RUN offered (a group's
+    // results go together in one RESULT).
+    if (r.window && r.run.window && !r.run.each)
+        if (auto slot = r.window->at(r.run.window->result_offset, r.run.window->result_capacity)) {
+            ctx.slot = *slot;
+            ctx.slot_reply_min = kWindowResultMin;
+        }
 }
 
 std::optional<Error> Agent::Impl::run_sandboxed(const Runnable& what, bs_ctx& ctx, void (*started)(void*), void* arg) {
@@ -305,6 +312,11 @@ void Agent::Impl::finish_kernel(const std::shared_ptr<RunRequest>& r, const std:
         return;
     }
     add_held(counters.results);
+    if (ctx.in_slot) {
+        counters.window_results.fetch_add(1, std::memory_order_relaxed);
+        answer(*r, wire::encode_window_result(0, {r->run.window->result_offset, ctx.in_slot}));
+        return;
+    }
     answer_result(*r, std::move(ctx.reply));
 }
 } // namespace bitship::agent

@@ -28,8 +28,13 @@ int bs_reply(bs_ctx* ctx, const void* data, size_t len) {
     if (!ctx || (!data && len)) return BS_EINVAL;
     if (ctx->answered) return BS_EALREADY;
     if (len > ctx->max_result) return BS_ETOOLARGE;
-    ctx->reply.resize(len);
-    if (len) std::memcpy(ctx->reply.data(), data, len);
+    const auto* bytes = static_cast<const std::byte*>(data);
+    if (len && len >= ctx->slot_reply_min && len <= ctx->slot.size()) {
+        std::memcpy(ctx->slot.data(), bytes, len);
+        ctx->in_slot = len;
+    } else {
+        ctx->reply.assign(bytes, bytes + len); // (no zero-fill first, as resize would)
+    }
     ctx->answered = true;
     return BS_OK;
 }

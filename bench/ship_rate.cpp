@@ -128,7 +128,7 @@ double bulk_rate(Client& client, const Target& target, std::size_t calls, std::s
     }
     const auto request = Client::pack_args(std::uint64_t{bytes});
     auto check = [&](Future& f) {
-        auto r = f.get();
+        auto r = std::move(f).get(); // (the result moves out: no copy)
         must(bool(r), r ? "" : r.error().describe());
         if (as_args) {
             std::uint64_t got;

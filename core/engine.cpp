@@ -278,12 +278,12 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
             self->bad_.push_back({ep, hdr->request_id, std::move(hold.error())});
             return UCS_OK;
         }
-        Incoming in{ep, *hdr, std::vector<std::byte>(length), std::move(*hold)};
-        if (eager) {
-            if (length) std::memcpy(in.payload.data(), data, length);
-            self->arrived_.push_back(std::move(in));
+        if (eager) { // (copied as it is made: no zero-fill first)
+            const auto* bytes = static_cast<const std::byte*>(data);
+            self->arrived_.push_back(Incoming{ep, *hdr, std::vector<std::byte>(bytes, bytes + length), std::move(*hold)});
             return UCS_OK;
         }
+        Incoming in{ep, *hdr, std::vector<std::byte>(length), std::move(*hold)};
         // Rendezvous: start the receive now; the payload is queued when it lands.
         auto* record = new RecvRecord{self, std::move(in)};
         ucp_request_param_t rp{};

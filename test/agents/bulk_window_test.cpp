@@ -72,6 +72,24 @@ TEST_CASE("large arguments and results to a same-host agent over shared memory g
     CHECK(c["window_results"] == 2);
 }
 
+TEST_CASE("a result that fits its call's window slot is written there by bs_reply, a larger one comes in the message",
+          "[integration]") {
+    // A 1 MiB window: eight slots of 128 KiB.
+    AgentProcess agent("shm", {"--bulk-window-mib", "1"});
+    auto client = make_client("shm");
+    auto t = client.connect(agent.address());
+    REQUIRE(t);
+    REQUIRE(echo_sizes(client, *t, {1 << 16}) == 1); // the window is there from here on
+    const auto before = agent_counters(client, *t);
+    // Under the result threshold (the message), at it, a whole slot, and past the slot.
+    const std::size_t slot = (1u << 20) / kWindowSlots;
+    CHECK(echo_sizes(client, *t, {kWindowResultMin - 1, kWindowResultMin, slot, slot + 1, 300'000}) == 5);
+    const auto after = agent_counters(client, *t);
+    CHECK(after.at("window_results") - before.at("window_results") == 2);
+    // Arguments go through the slot up to its size, past it in the message.
+    CHECK(after.at("window_args") - before.at("window_args") == 1);
+}
+
 TEST_CASE("more bulk calls in flight than window slots each get their own bytes back", "[integration]") {
     AgentProcess agent("shm", {"--workers", "2"});
     auto client = make_client("shm");
