@@ -21,6 +21,7 @@
 #include <bitship/client.hpp>
 
 #include "launcher.hpp"
+#include "loopback_client.hpp"
 #include "options.hpp"
 #include "stats.hpp"
 
@@ -48,7 +49,7 @@ Client make_client(Transport t, const Config& cfg) {
     ClientOptions o;
     o.transport = t;
     o.loopback_only = true;
-    o.progress = *parse_progress_mode(cfg.progress);
+    o.progress = bench::progress_named(cfg.progress);
     auto c = Client::create(o); // authenticates with launch::test_keys() (BITSHIP_IDENTITY)
     if (!c) throw std::runtime_error(c.error().describe());
     return std::move(*c);

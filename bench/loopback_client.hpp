@@ -8,6 +8,11 @@
 
 namespace bitship::bench {
 
+/// The transport `name` names ("tcp", "shm") and the progress mode `name` names: options the
+/// command line's checks passed. Throw std::runtime_error naming the value otherwise.
+Transport transport_named(const std::string& name);
+ProgressMode progress_named(const std::string& name);
+
 /// A client for agents on loopback over `transport`, progressing in `progress` mode ("spin",
 /// "block", "spin-then-block"). Throws std::runtime_error with the reason if it cannot start.
 Client loopback_client(Transport transport, const std::string& progress = "spin-then-block");

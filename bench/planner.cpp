@@ -33,6 +33,7 @@
 #include "hash_lookup.hpp"
 #include "background_load.hpp"
 #include "launcher.hpp"
+#include "loopback_client.hpp"
 #include "options.hpp"
 #include "planner.hpp"
 #include "reduce.hpp"
@@ -93,7 +94,7 @@ ClientOptions client_options(Transport t) {
     o.transport = t;
     o.loopback_only = true;
     o.call_timeout = std::chrono::minutes(2);
-    o.progress = *parse_progress_mode(g_progress);
+    o.progress = bench::progress_named(g_progress);
     return o;
 }
 
@@ -282,7 +283,7 @@ int main(int argc, char** argv) {
 
     try {
         for (const auto& tl : cfg.transports) {
-            const auto transport = *parse_transport(tl);
+            const auto transport = bench::transport_named(tl);
             for (unsigned n : cfg.agent_counts) {
                 std::vector<std::unique_ptr<launch::AgentProcess>> procs;
                 std::vector<std::string> addresses;

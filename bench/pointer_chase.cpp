@@ -21,6 +21,7 @@
 #include "chase.hpp"
 #include "core/engine.hpp"
 #include "launcher.hpp"
+#include "loopback_client.hpp"
 #include "options.hpp"
 #include "stats.hpp"
 
@@ -62,7 +63,7 @@ Client make_client(Transport t, const Config& cfg) {
     ClientOptions o;
     o.transport = t;
     o.loopback_only = true;
-    o.progress = *parse_progress_mode(cfg.progress);
+    o.progress = bench::progress_named(cfg.progress);
     o.call_timeout = std::chrono::minutes(5);
     auto c = Client::create(o);
     if (!c) throw std::runtime_error(c.error().describe());
@@ -81,7 +82,7 @@ Setup start(const std::string& tl, unsigned n, const ChaseList& list, const Conf
     Setup s;
     auto region = list.nodes_per_agent() * sizeof(bs_chase_node);
     for (unsigned i = 0; i < n; ++i) s.agents.push_back(std::make_unique<launch::AgentProcess>(tl, agent_args(cfg, region)));
-    s.client = std::make_unique<Client>(make_client(*parse_transport(tl), cfg));
+    s.client = std::make_unique<Client>(make_client(bench::transport_named(tl), cfg));
     for (auto& a : s.agents) {
         auto t = s.client->connect(a->address());
         if (!t) throw std::runtime_error(t.error().describe());

@@ -32,6 +32,7 @@
 
 #include "chase.hpp"
 #include "launcher.hpp"
+#include "loopback_client.hpp"
 #include "options.hpp"
 #include "stats.hpp"
 
@@ -168,9 +169,9 @@ int main(int argc, char** argv) {
     };
     try {
         ClientOptions o;
-        o.transport = *parse_transport(cfg.transport);
+        o.transport = bench::transport_named(cfg.transport);
         o.loopback_only = true;
-        o.progress = *parse_progress_mode(cfg.progress);
+        o.progress = bench::progress_named(cfg.progress);
         o.call_timeout = std::chrono::seconds(60);
         o.identity = launch::test_keys().secret; // made before any agent, which would set BITSHIP_IDENTITY
         auto client = Client::create(o);

@@ -27,6 +27,7 @@
 
 #include "emulated_agent.hpp"
 #include "launcher.hpp"
+#include "loopback_client.hpp"
 #include "options.hpp"
 #include "perftest.hpp"
 #include "stats.hpp"
@@ -60,7 +61,7 @@ Client make_client(Transport t, const Config& cfg) {
     ClientOptions o;
     o.transport = t;
     o.loopback_only = true;
-    o.progress = *parse_progress_mode(cfg.progress);
+    o.progress = bench::progress_named(cfg.progress);
     o.spin = std::chrono::microseconds(cfg.spin_us);
     o.bulk_window = cfg.bulk_window;
     auto c = Client::create(o);

@@ -25,6 +25,7 @@
 #include <bitship/client.hpp>
 
 #include "launcher.hpp"
+#include "loopback_client.hpp"
 #include "options.hpp"
 #include "perftest.hpp"
 #include "stats.hpp"
@@ -208,7 +209,7 @@ int main(int argc, char** argv) {
             ClientOptions o;
             o.transport = *transport;
             o.loopback_only = true;
-            o.progress = *parse_progress_mode(cfg.progress);
+            o.progress = bench::progress_named(cfg.progress);
             o.bulk_window = !no_window;
             auto client = Client::create(o);
             if (!client) throw std::runtime_error(client.error().describe());
