@@ -65,12 +65,20 @@ struct CodeHashHasher {
     }
 };
 
-// A RUN in flight: the payload that `run`'s spans point into travels with it.
+// A RUN in flight: the payload that `run`'s spans point into travels with it, and goes back
+// to `payload_home` (the engine's ReceiveBuffers) when the request is done with.
 struct RunRequest {
+    RunRequest() = default;
+    RunRequest(const RunRequest&) = delete;
+    RunRequest& operator=(const RunRequest&) = delete;
+    ~RunRequest() {
+        if (payload_home) payload_home->give_back(std::move(payload));
+    }
     ucp_ep_h ep = nullptr;
     std::uint64_t conn = 0; ///< the connection's id, so a reply never reaches a reused ep
     std::uint64_t id = 0;   ///< this hop's request id (NEED_CODE answers it)
     std::vector<std::byte> payload;
+    std::shared_ptr<ReceiveBuffers> payload_home;
     Hold hold; ///< the connection's share of AgentConfig::per_connection, until this is let go
     wire::Run run;
     /// The session's bulk window when the RUN uses it (run.window): held until answered.
@@ -240,6 +248,8 @@ struct Agent::Impl {
         const auto [held_bytes, held_messages] = engine->inflight_held();
         out.emplace_back("inflight_messages", held_messages);
         out.emplace_back("inflight_bytes", held_bytes);
+        // Large RUNs received into a buffer an earlier one left (no zero-fill first).
+        out.emplace_back("receive_buffers_reused", engine->receive_buffers()->reused());
         // GPU contexts recreated (in a new bitship-gpu process) after a fault, a kernel past its
         // time or the process's death (gpu_process.hpp).
         std::uint64_t resets = 0, evictions = 0;

@@ -107,6 +107,7 @@ void Agent::Impl::on_message(Incoming&& in) {
         r->conn = conn;
         r->id = in.header.request_id;
         r->payload = std::move(in.payload); // r->run's views: the buffer moves, it is not reallocated
+        r->payload_home = engine->receive_buffers();
         r->hold = std::move(in.hold);
         on_run(std::move(r));
         return;

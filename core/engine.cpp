@@ -283,7 +283,7 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
             self->arrived_.push_back(Incoming{ep, *hdr, std::vector<std::byte>(bytes, bytes + length), std::move(*hold)});
             return UCS_OK;
         }
-        Incoming in{ep, *hdr, std::vector<std::byte>(length), std::move(*hold)};
+        Incoming in{ep, *hdr, self->receive_buffers_->take(length), std::move(*hold)};
         // Rendezvous: start the receive now; the payload is queued when it lands.
         auto* record = new RecvRecord{self, std::move(in)};
         ucp_request_param_t rp{};

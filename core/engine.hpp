@@ -31,7 +31,9 @@
 #include "core_sharing.hpp"
 #include "function_ref.hpp"
 #include "inflight_ledger.hpp"
+#include "memory_reuse.hpp"
 #include "progress_token.hpp"
+#include "receive_buffers.hpp"
 #include "wire.hpp"
 
 namespace bitship {
@@ -102,6 +104,8 @@ std::string page_size_of(const void* base, pid_t pid = 0);
 class Engine {
 public:
     static constexpr auto kTick = std::chrono::milliseconds(20);
+    /// Rendezvous buffers kept for reuse (receive_buffers()), in all at most.
+    static constexpr std::size_t kKeptReceiveBytes = std::size_t{64} << 20;
     /// How soon the engine's thread takes progress back from a guest that left to run a job.
     static constexpr auto kTakeover = std::chrono::milliseconds(5);
     /// How often a caller that cannot lead looks again whether it may.
@@ -260,6 +264,9 @@ public:
     /// What all peers together make this side hold now (EngineOptions::inflight): bytes,
     /// messages. Any thread; 0, 0 when no limit is set.
     [[nodiscard]] std::pair<std::uint64_t, std::uint64_t> inflight_held() const { return inflight_.held_by_all(); }
+    /// Where a rendezvous payload may go once read, for the next one to be received into
+    /// without a zero-fill (ReceiveBuffers). Any thread; it outlives the engine while held.
+    [[nodiscard]] const std::shared_ptr<ReceiveBuffers>& receive_buffers() const noexcept { return receive_buffers_; }
 
 private:
     struct ContextDeleter {
@@ -354,6 +361,9 @@ private:
     std::atomic<std::uint64_t> sends_in_flight_{0};
     /// Held messages and undelivered answers, per peer and in all (options_.inflight); whoever progresses.
     InflightLedger inflight_;
+    // None kept under a sanitizer (malloc_is_tunable), whose use-after-free checks need a
+    // payload that is let go to be freed.
+    std::shared_ptr<ReceiveBuffers> receive_buffers_ = std::make_shared<ReceiveBuffers>(malloc_is_tunable() ? kKeptReceiveBytes : 0);
     std::atomic<std::uint64_t> core_moves_{0};
     std::atomic<std::uint64_t> handovers_{0};
     std::atomic<bool> handover_wanted_{false}; ///< a long kernel began: the engine's thread takes over at once
