@@ -162,6 +162,14 @@ Future Client::ship_bytes(const Kernel& kernel, const Target& target, Bytes args
     return Future(c);
 }
 
+Future Client::ship_shared(const Kernel& kernel, const Target& target, std::shared_ptr<const Bytes> args,
+                           const ShipOptions& options) {
+    auto c = impl_->prepare_run(kernel, target, {}, options);
+    c->shared_args = args ? std::move(args) : std::make_shared<const Bytes>();
+    if (!c->done.load(std::memory_order_relaxed)) impl_->submit_from_caller(c);
+    return Future(c);
+}
+
 Batch Client::batch() { return Batch(impl_.get()); }
 
 void Batch::add_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options) {

@@ -106,10 +106,11 @@ void Client::Impl::offer_window(Peer& p, CallState& c, wire::Run& run) {
     wire::WindowUse use;
     use.result_offset = w.slots.offset_of(slot);
     use.result_capacity = w.slots.slot_bytes();
-    if (c.args.size() >= kWindowArgsMin && c.args.size() <= w.slots.slot_bytes()) {
-        std::memcpy(w.local + use.result_offset, c.args.data(), c.args.size());
+    const auto args = c.run_args();
+    if (args.size() >= kWindowArgsMin && args.size() <= w.slots.slot_bytes()) {
+        std::memcpy(w.local + use.result_offset, args.data(), args.size());
         use.args_offset = use.result_offset;
-        use.args_size = c.args.size();
+        use.args_size = args.size();
         run.args = {};
     }
     run.window = use;

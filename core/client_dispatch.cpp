@@ -3,6 +3,13 @@
 #include <spdlog/spdlog.h>
 
 namespace bitship {
+namespace {
+
+// Arguments from this size on are sent from the call's buffer, not copied into the RUN (a
+// copy of a few KiB costs less than the split message's header).
+constexpr std::size_t kBorrowedArgsMin = 16 << 10;
+
+} // namespace
 
 void Client::Impl::submit(const std::shared_ptr<CallState>& c) {
     auto it = peers.find(c->peer);
@@ -162,8 +169,8 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
                                                       c->args.size(), agent_name(p), p.info->max_message)});
             return;
         }
-    } else if (c->args.size() > p.info->max_args) {
-        refuse(Error{Errc::too_large, fmt::format("{} bytes of arguments exceed {}'s limit of {}", c->args.size(),
+    } else if (c->run_args().size() > p.info->max_args) {
+        refuse(Error{Errc::too_large, fmt::format("{} bytes of arguments exceed {}'s limit of {}", c->run_args().size(),
                                                   agent_name(p), p.info->max_args)});
         return;
     }
@@ -175,7 +182,7 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
     if (!p.known) p.known = &known[p.address];
     auto& known_here = travels ? known_whole[{p.address, c->bundle.data()}] : *p.known;
     with_code = with_code || !known_here.contains(c->hash);
-    if (with_code && code.size() + c->args.size() > p.info->max_message) {
+    if (with_code && code.size() + c->run_args().size() > p.info->max_message) {
         refuse(Error{Errc::too_large, fmt::format("code ({} bytes) and arguments exceed {}'s message limit of {}",
                                                   code.size(), agent_name(p), p.info->max_message)});
         return;
@@ -193,7 +200,7 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
     run.hash = c->hash;
     run.origin = c->id;
     run.entry = c->entry;
-    run.args = c->args;
+    run.args = c->run_args();
     run.code = code;
     run.signatures = sign_code(code, c->hash, !c->peers.empty() || c->forward);
     if (c->on_gpu) run.gpu = c->launch;
@@ -206,11 +213,15 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
     if (c->each) {
         run.each = c->each; // its arguments and answers travel in the messages, never in a window
     } else {
-        if (c->args.size() >= kWindowArgsMin) ask_window(p);
+        if (run.args.size() >= kWindowArgsMin) ask_window(p);
         offer_window(p, *c, run);
     }
     c->sent_code = !code.empty();
-    engine->send(p.ep, wire::encode_run(c->id, run));
+    // Large arguments go from the call's own buffer, which the call keeps (core/wire_split.hpp).
+    if (run.args.size() >= kBorrowedArgsMin)
+        engine->send(p.ep, wire::encode_run_borrowing_args(c->id, run, std::shared_ptr<const void>(c, run.args.data())));
+    else
+        engine->send(p.ep, wire::encode_run(c->id, run));
     runs_sent.fetch_add(1, std::memory_order_relaxed);
     pending[c->id] = c;
 }

@@ -71,6 +71,11 @@ struct CallState {
     bool on_gpu = false;    ///< the slice chosen is the nvptx64 one: the RUN carries `launch`
     std::string entry;
     Bytes args;
+    std::shared_ptr<const Bytes> shared_args; ///< Client::ship_shared: the RUN's arguments, uncopied
+    /// A RUN's arguments: `shared_args` if the caller shared them, else `args`.
+    [[nodiscard]] std::span<const std::byte> run_args() const noexcept {
+        return shared_args ? std::span<const std::byte>(*shared_args) : std::span<const std::byte>(args);
+    }
     CodeHash hash{};
     bool resent = false;
     bool sent_code = false; ///< the last RUN of this call carried its code

@@ -13,6 +13,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "wire_split.hpp"
+
 namespace bitship {
 namespace {
 
@@ -47,6 +49,7 @@ struct ConfigDeleter {
 // Keeps the payload of one send alive until UCX calls back.
 struct SendRecord {
     wire::Encoded message;
+    std::vector<std::byte> am_header; ///< a split message's (wire_split.hpp); storage reused
     std::atomic<std::uint64_t>* in_flight = nullptr; ///< the engine's count of sends not yet done
     Hold hold; ///< the receiver's share of EngineOptions::inflight until UCX is done with it
 };
@@ -54,6 +57,7 @@ struct SendRecord {
 struct RecvRecord {
     Engine* engine;
     Incoming incoming;
+    std::size_t data_length = 0; ///< what UCX receives, at data_offset of the payload
 };
 
 Result<sockaddr_storage> resolve(const std::string& host, std::uint16_t port) {
@@ -204,6 +208,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, Eng
     auto* first = reinterpret_cast<const std::byte*>(address);
     engine->worker_address_.assign(first, first + address_length);
     ucp_worker_release_address(worker, address);
+    ucp_worker_attr_t wattr{};
+    wattr.field_mask = UCP_WORKER_ATTR_FIELD_MAX_AM_HEADER;
+    if (auto s = ucp_worker_query(worker, &wattr); s != UCS_OK) return tl::make_unexpected(from_ucs(s, "ucp_worker_query"));
+    engine->max_am_header_ = wattr.max_am_header;
 
     // 3. The one AM handler.
     ucp_am_handler_param_t handler{};
@@ -254,18 +262,21 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
     auto* self = static_cast<Engine*>(arg);
     ucp_ep_h ep = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
     try {
-        auto hdr = wire::decode_header(std::span(static_cast<const std::byte*>(header), header_length), length);
-        if (!hdr) {
+        auto am = wire::decode_am_header(std::span(static_cast<const std::byte*>(header), header_length), length);
+        if (!am) {
             std::uint64_t id = 0;
             if (header_length >= offsetof(wire::Header, request_id) + sizeof id)
                 std::memcpy(&id, static_cast<const char*>(header) + offsetof(wire::Header, request_id), sizeof id);
-            self->bad_.push_back({ep, id, hdr.error()});
+            self->bad_.push_back({ep, id, am.error()});
             return UCS_OK;
         }
-        if (length > self->options_.max_message) {
+        const auto* hdr = &am->header;
+        // The payload: the AM data, with a split message's parts around it (wire_split.hpp).
+        const std::size_t whole = hdr->payload_size;
+        if (whole > self->options_.max_message) {
             self->bad_.push_back({ep, hdr->request_id,
                                   Error{Errc::too_large, fmt::format("{} message of {} bytes exceeds this agent's limit of {} bytes",
-                                                                     wire::to_string(hdr->type), length,
+                                                                     wire::to_string(hdr->type), whole,
                                                                      self->options_.max_message)}});
             return UCS_OK; // a rendezvous we do not receive is dropped by UCX
         }
@@ -273,24 +284,36 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
         // An eager BATCH is opened in this same pass and its items held one by one, each
         // refused with its own request id (open_batch): refused whole, its calls would never hear.
         const bool eager = !(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV);
-        auto hold = eager && hdr->type == wire::Type::batch ? Result<Hold>(Hold{}) : self->inflight_.admit(ep, length);
+        auto hold = eager && hdr->type == wire::Type::batch ? Result<Hold>(Hold{}) : self->inflight_.admit(ep, whole);
         if (!hold) {
             self->bad_.push_back({ep, hdr->request_id, std::move(hold.error())});
             return UCS_OK;
         }
+        const auto* bytes = static_cast<const std::byte*>(data);
         if (eager) { // (copied as it is made: no zero-fill first)
-            const auto* bytes = static_cast<const std::byte*>(data);
-            self->arrived_.push_back(Incoming{ep, *hdr, std::vector<std::byte>(bytes, bytes + length), std::move(*hold)});
+            std::vector<std::byte> payload;
+            if (am->prefix.empty() && am->suffix.empty()) {
+                payload.assign(bytes, bytes + length);
+            } else {
+                payload.reserve(whole);
+                payload.insert(payload.end(), am->prefix.begin(), am->prefix.end());
+                payload.insert(payload.end(), bytes, bytes + length);
+                payload.insert(payload.end(), am->suffix.begin(), am->suffix.end());
+            }
+            self->arrived_.push_back(Incoming{ep, *hdr, std::move(payload), std::move(*hold)});
             return UCS_OK;
         }
-        Incoming in{ep, *hdr, self->receive_buffers_->take(length), std::move(*hold)};
+        Incoming in{ep, *hdr, self->receive_buffers_->take(whole), std::move(*hold)};
+        auto* at = in.payload.data();
+        if (!am->prefix.empty()) std::memcpy(at, am->prefix.data(), am->prefix.size());
+        if (!am->suffix.empty()) std::memcpy(at + am->prefix.size() + length, am->suffix.data(), am->suffix.size());
         // Rendezvous: start the receive now; the payload is queued when it lands.
-        auto* record = new RecvRecord{self, std::move(in)};
+        auto* record = new RecvRecord{self, std::move(in), length};
         ucp_request_param_t rp{};
         rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
         rp.cb.recv_am = &Engine::on_recv_data;
         rp.user_data = record;
-        auto* req = ucp_am_recv_data_nbx(self->worker_.get(), data, record->incoming.payload.data(), length, &rp);
+        auto* req = ucp_am_recv_data_nbx(self->worker_.get(), data, at + am->prefix.size(), length, &rp);
         if (req == nullptr) {
             self->arrived_.push_back(std::move(record->incoming));
             delete record;
@@ -309,7 +332,7 @@ void Engine::on_recv_data(void* request, ucs_status_t status, size_t length, voi
     auto* record = static_cast<RecvRecord*>(user_data);
     auto* self = record->engine;
     try {
-        if (status == UCS_OK && length == record->incoming.payload.size())
+        if (status == UCS_OK && length == record->data_length)
             self->arrived_.push_back(std::move(record->incoming));
         else
             self->bad_.push_back({record->incoming.ep, record->incoming.header.request_id,
@@ -427,22 +450,32 @@ void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
     record->message = std::move(message);
     record->in_flight = &sends_in_flight_;
     auto& m = record->message;
+    // A split message goes as one (its bulk copied in) where its parts exceed UCX's AM header.
+    if (m.split() && wire::kSplitFrameBytes + m.payload.size() > max_am_header_) wire::join_split(m);
+    const void* header = &m.header;
+    std::size_t header_length = sizeof m.header;
+    auto bytes = m.split() ? m.borrowed : m.bytes();
+    if (m.split()) {
+        wire::write_split_header(m, record->am_header);
+        header = record->am_header.data();
+        header_length = record->am_header.size();
+    }
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
     rp.cb.send = &Engine::on_send_done;
     rp.user_data = record;
     rp.flags = kSendFlags;
-    const auto bytes = m.bytes();
-    bytes_sent_.fetch_add(bytes.size(), std::memory_order_relaxed);
-    auto* req = ucp_am_send_nbx(ep, wire::kAmId, &m.header, sizeof m.header, bytes.data(), bytes.size(), &rp);
+    bytes_sent_.fetch_add(m.header.payload_size, std::memory_order_relaxed);
+    auto* req = ucp_am_send_nbx(ep, wire::kAmId, header, header_length, bytes.data(), bytes.size(), &rp);
     if (req == nullptr) {
         m.payload = {};
         m.borrowed = {};
         m.keep.reset();
+        m.split_at = 0;
         spare.reset(record);
     } else if (!UCS_PTR_IS_ERR(req)) {
         sends_in_flight_.fetch_add(1, std::memory_order_relaxed); // on_send_done takes it off
-        record->hold = inflight_.charge(ep, bytes.size());         // ... and this
+        record->hold = inflight_.charge(ep, m.header.payload_size); // ... and this
     } else {
         spdlog::debug("{} send failed: {}", wire::to_string(m.header.type), ucs_status_string(UCS_PTR_STATUS(req)));
         delete record;

@@ -358,6 +358,7 @@ private:
     std::atomic<int> handoff_sleepers_{0};
     std::atomic<int> sleepers_{0}; ///< threads asleep on the event fd
     std::atomic<std::uint64_t> bytes_sent_{0};
+    std::size_t max_am_header_ = 0; ///< UCX's largest AM header: a split message's parts must fit
     std::atomic<std::uint64_t> sends_in_flight_{0};
     /// Held messages and undelivered answers, per peer and in all (options_.inflight); whoever progresses.
     InflightLedger inflight_;

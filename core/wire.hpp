@@ -350,6 +350,13 @@ struct Encoded {
     /// into a BATCH.
     std::span<const std::byte> borrowed;
     std::shared_ptr<const void> keep;
+    /// With both `payload` and `borrowed` set, a split message (core/wire_split.hpp): its
+    /// payload is payload[0, split_at), then `borrowed`, then payload[split_at, end). The engine
+    /// sends the two small parts in the AM header and `borrowed` as the data, uncopied; the
+    /// receiver puts the three together again, so decoders see the one payload.
+    std::size_t split_at = 0;
+    [[nodiscard]] bool split() const noexcept { return !borrowed.empty() && !payload.empty(); }
+    /// The payload as one run of bytes (not for a split message: join_split() it first).
     [[nodiscard]] std::span<const std::byte> bytes() const noexcept {
         return borrowed.empty() ? std::span<const std::byte>(payload) : borrowed;
     }
@@ -370,6 +377,9 @@ Result<void> decode_gpu_details(std::span<const std::byte> bytes, Capabilities& 
 Encoded encode_hello(std::string_view client);
 Encoded encode_welcome(const Welcome& w);
 Encoded encode_run(std::uint64_t id, const Run& r);
+/// encode_run, but the arguments are not copied: a split message that sends `r.args` from
+/// where they lie, which `keep` holds until UCX is done with them. The same bytes arrive.
+Encoded encode_run_borrowing_args(std::uint64_t id, const Run& r, std::shared_ptr<const void> keep);
 Encoded encode_need_code(std::uint64_t id, const CodeHash& hash);
 Encoded encode_result(std::uint64_t id, std::vector<std::byte> bytes);
 /// A RESULT whose bytes are sent from where they lie, which `keep` holds until they are sent.

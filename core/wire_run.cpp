@@ -96,8 +96,11 @@ Result<void> codec::decode_run(const Header& header, ByteReader& in, Run& r) {
     return {};
 }
 
-Encoded encode_run(std::uint64_t id, const Run& r) {
-    ByteWriter w;
+namespace {
+
+// A RUN's payload; the arguments are written there, or (borrowing) left out and their place
+// returned, for encode_run_borrowing_args.
+std::size_t write_run(ByteWriter& w, const Run& r, bool borrowing) {
     if (r.window) {
         w.u64(r.window->args_offset);
         w.u64(r.window->args_size);
@@ -114,8 +117,8 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
     }
     std::size_t peers = 0;
     for (auto p : r.peers) peers += 2 + p.size();
-    w.reserve(sizeof r.hash + 8 + 3 * 2 + 2 + r.entry.size() + 4 + kArgsAlignment + r.args.size() + 4 + r.code.size() + 4 +
-              r.reply_to.size() + 2 + peers + 2 + r.signatures.size() * sizeof(CodeSignature));
+    w.reserve(sizeof r.hash + 8 + 3 * 2 + 2 + r.entry.size() + 4 + kArgsAlignment + (borrowing ? 0 : r.args.size()) + 4 +
+              r.code.size() + 4 + r.reply_to.size() + 2 + peers + 2 + r.signatures.size() * sizeof(CodeSignature));
     w.raw(std::as_bytes(std::span(r.hash)));
     w.u64(r.origin);
     w.u16(r.hop_budget);
@@ -124,7 +127,8 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
     w.str16(r.entry);
     w.u32(static_cast<std::uint32_t>(r.args.size()));
     w.align(kArgsAlignment);
-    w.raw(r.args);
+    const std::size_t args_at = w.size();
+    if (!borrowing) w.raw(r.args);
     w.blob32(r.code);
     w.blob32(r.reply_to);
     w.u16(static_cast<std::uint16_t>(r.peers.size()));
@@ -139,10 +143,35 @@ Encoded encode_run(std::uint64_t id, const Run& r) {
             write_array(w, r.signatures[i].signature);
         }
     }
-    auto e = finish(start(Type::run, id), std::move(w));
+    return args_at;
+}
+
+void set_flags(Encoded& e, const Run& r) {
     if (r.window) e.header.flags |= kFlagWindow;
     if (r.gpu) e.header.flags |= kFlagGpu;
     if (r.each) e.header.flags |= kFlagEach;
+}
+
+} // namespace
+
+Encoded encode_run(std::uint64_t id, const Run& r) {
+    ByteWriter w;
+    write_run(w, r, false);
+    auto e = finish(start(Type::run, id), std::move(w));
+    set_flags(e, r);
+    return e;
+}
+
+Encoded encode_run_borrowing_args(std::uint64_t id, const Run& r, std::shared_ptr<const void> keep) {
+    if (r.args.empty()) return encode_run(id, r);
+    ByteWriter w;
+    const auto args_at = write_run(w, r, true);
+    auto e = finish(start(Type::run, id), std::move(w));
+    set_flags(e, r);
+    e.split_at = args_at;
+    e.borrowed = r.args;
+    e.keep = std::move(keep);
+    e.header.payload_size = static_cast<std::uint32_t>(e.payload.size() + r.args.size());
     return e;
 }
 

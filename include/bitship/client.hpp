@@ -361,6 +361,12 @@ public:
     }
     /// Runs `kernel` on `target` with raw argument bytes.
     Future ship_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options = {});
+    /// ship_bytes without copying the arguments: the call holds `args` until it is answered,
+    /// and they go from there to the wire (or the agent's bulk window). Calls may share one
+    /// buffer; nobody may change it while a call holds it. For large arguments shipped again,
+    /// or to several agents.
+    Future ship_shared(const Kernel& kernel, const Target& target, std::shared_ptr<const Bytes> args,
+                       const ShipOptions& options = {});
 
     /// Many calls of one kernel on one agent, one per element of `args` (each element is one
     /// call's arguments, a C struct as ship() lays them out): sent as one message, run one after

@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include <bitship/client.hpp>
@@ -147,6 +148,54 @@ TEST_CASE("over TCP, or with windows turned off, bulk calls take UCX's path", "[
         CHECK(c["window_args"] == 0);
         CHECK(c["window_results"] == 0);
     }
+}
+
+TEST_CASE("arguments shared by many calls (ship_shared) arrive intact and are let go once answered", "[integration]") {
+    std::string transport = "tcp";
+    std::vector<std::string> flags;
+    SECTION("tcp") {}
+    SECTION("shm, through the window") { transport = "shm"; }
+    SECTION("shm, windows off") {
+        transport = "shm";
+        flags = {"--bulk-window-mib", "0"};
+    }
+    AgentProcess agent(transport, flags);
+    auto client = make_client(transport);
+    auto t = client.connect(agent.address());
+    REQUIRE(t);
+    // The first call brings the code (NEED_CODE, then the RUN again from the same buffer).
+    const auto big = std::make_shared<const Bytes>(pattern(1 << 20, 7));
+    const auto mid = std::make_shared<const Bytes>(pattern(100'000, 8));
+    const auto small = std::make_shared<const Bytes>(pattern(100, 9));
+    const Bytes* data[] = {big.get(), mid.get(), small.get()};
+    for (int round = 0; round < 2; ++round) {
+        std::vector<Future> calls;
+        std::vector<int> which;
+        for (int i = 0; i < 12; ++i) {
+            which.push_back(i % 3);
+            calls.push_back(client.ship_shared(behaviour_kernels::echo, *t, i % 3 == 0 ? big : i % 3 == 1 ? mid : small));
+        }
+        int intact = 0;
+        for (std::size_t i = 0; i < calls.size(); ++i) {
+            auto r = calls[i].get();
+            INFO("call " << i << ": " << (r ? "" : r.error().describe()));
+            REQUIRE(r);
+            intact += *r == *data[which[i]];
+        }
+        CHECK(intact == 12);
+    }
+    CHECK(*big == pattern(1 << 20, 7)); // nobody wrote to the caller's buffer
+    // Once answered (and UCX done sending), no call holds the buffers any more.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while ((big.use_count() > 1 || mid.use_count() > 1) && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    CHECK(big.use_count() == 1);
+    CHECK(mid.use_count() == 1);
+    CHECK(small.use_count() == 1);
+    // An empty or null buffer is a call with no arguments.
+    auto none = client.ship_shared(behaviour_kernels::echo, *t, nullptr).get();
+    REQUIRE(none);
+    CHECK(none->empty());
 }
 
 TEST_CASE("a RUN that misuses a bulk window is refused, naming what was wrong", "[integration]") {

@@ -1,12 +1,34 @@
 // libFuzzer: the wire decoder never reads outside its input, whatever the header claims.
 #include <cstring>
+#include <vector>
 
 #include "core/wire.hpp"
+#include "core/wire_split.hpp"
+
+namespace {
+
+// The same bytes read as a split message's AM header (core/wire_split.hpp) that came with as
+// many bytes of AM data as its last byte says: whatever its lengths claim, the parts it gives
+// lie inside it, and laid out around the data they make the payload its Header declares.
+void split_header(std::span<const std::byte> bytes) {
+    using namespace bitship;
+    const std::size_t data = static_cast<std::size_t>(bytes.back()) * 97;
+    auto h = wire::decode_am_header(bytes, data);
+    if (!h) return;
+    if (h->prefix.size() + data + h->suffix.size() != h->header.payload_size) __builtin_trap();
+    std::vector<std::byte> payload(h->prefix.begin(), h->prefix.end());
+    payload.resize(payload.size() + data);
+    payload.insert(payload.end(), h->suffix.begin(), h->suffix.end());
+    (void)wire::decode(h->header, payload);
+}
+
+} // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
     using namespace bitship;
     if (size < sizeof(wire::Header)) return 0;
     auto bytes = std::as_bytes(std::span(data, size));
+    split_header(bytes);
     auto payload = bytes.subspan(sizeof(wire::Header));
     auto h = wire::decode_header(bytes.first(sizeof(wire::Header)), payload.size());
     if (!h) return 0;
