@@ -198,10 +198,8 @@ void Agent::Impl::prepare_ctx(bs_ctx& ctx, const RunRequest& r) {
     // A single call's large result goes straight into the slot its RUN offered (a group's
     // results go together in one RESULT).
     if (r.window && r.run.window && !r.run.each)
-        if (auto slot = r.window->at(r.run.window->result_offset, r.run.window->result_capacity)) {
+        if (auto slot = r.window->at(r.run.window->result_offset, r.run.window->result_capacity))
             ctx.slot = *slot;
-            ctx.slot_reply_min = kWindowResultMin;
-        }
 }
 
 std::optional<Error> Agent::Impl::run_sandboxed(const Runnable& what, bs_ctx& ctx, void (*started)(void*), void* arg) {

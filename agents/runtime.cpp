@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "core/bulk_window.hpp"
 #include "regions.hpp"
 
 namespace {
@@ -29,7 +30,7 @@ int bs_reply(bs_ctx* ctx, const void* data, size_t len) {
     if (ctx->answered) return BS_EALREADY;
     if (len > ctx->max_result) return BS_ETOOLARGE;
     const auto* bytes = static_cast<const std::byte*>(data);
-    if (len && len >= ctx->slot_reply_min && len <= ctx->slot.size()) {
+    if (len >= bitship::kWindowResultMin && len <= ctx->slot.size()) {
         std::memcpy(ctx->slot.data(), bytes, len);
         ctx->in_slot = len;
     } else {

@@ -47,10 +47,9 @@ struct bs_ctx {
     std::optional<bitship::agent::ForwardRequest> forward;
     std::vector<std::byte> reply;
     /// The call's slot of its session's bulk window, when it offered one: a reply of at least
-    /// `slot_reply_min` bytes that fits is written there by bs_reply (`in_slot` then says how
-    /// many), one copy where the message would take two.
+    /// kWindowResultMin bytes (core/bulk_window.hpp) that fits is written there by bs_reply
+    /// (`in_slot` then says how many), one copy where the message would take two.
     std::span<std::byte> slot;
-    std::size_t slot_reply_min = 0;
     std::size_t in_slot = 0;
 };
 

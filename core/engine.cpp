@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "memory_reuse.hpp"
 #include "wire_split.hpp"
 
 namespace bitship {
@@ -148,6 +149,7 @@ Engine::Engine(const EngineOptions& options, EngineHooks hooks)
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, EngineHooks hooks) {
     std::unique_ptr<Engine> engine(new Engine(options, std::move(hooks)));
+    engine->receive_buffers_ = std::make_shared<ReceiveBuffers>(malloc_is_tunable() ? kKeptReceiveBytes : 0);
 
     // 1. Configuration: the transport choice overrides UCX_TLS; loopback pinning only when the
     //    environment has not chosen devices itself.

@@ -31,7 +31,6 @@
 #include "core_sharing.hpp"
 #include "function_ref.hpp"
 #include "inflight_ledger.hpp"
-#include "memory_reuse.hpp"
 #include "progress_token.hpp"
 #include "receive_buffers.hpp"
 #include "wire.hpp"
@@ -363,8 +362,8 @@ private:
     /// Held messages and undelivered answers, per peer and in all (options_.inflight); whoever progresses.
     InflightLedger inflight_;
     // None kept under a sanitizer (malloc_is_tunable), whose use-after-free checks need a
-    // payload that is let go to be freed.
-    std::shared_ptr<ReceiveBuffers> receive_buffers_ = std::make_shared<ReceiveBuffers>(malloc_is_tunable() ? kKeptReceiveBytes : 0);
+    // payload that is let go to be freed: set by create().
+    std::shared_ptr<ReceiveBuffers> receive_buffers_;
     std::atomic<std::uint64_t> core_moves_{0};
     std::atomic<std::uint64_t> handovers_{0};
     std::atomic<bool> handover_wanted_{false}; ///< a long kernel began: the engine's thread takes over at once
