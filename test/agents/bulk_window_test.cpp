@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <thread>
@@ -164,34 +165,31 @@ TEST_CASE("arguments shared by many calls (ship_shared) arrive intact and are le
     auto t = client.connect(agent.address());
     REQUIRE(t);
     // The first call brings the code (NEED_CODE, then the RUN again from the same buffer).
-    const auto big = std::make_shared<const Bytes>(pattern(1 << 20, 7));
-    const auto mid = std::make_shared<const Bytes>(pattern(100'000, 8));
-    const auto small = std::make_shared<const Bytes>(pattern(100, 9));
-    const Bytes* data[] = {big.get(), mid.get(), small.get()};
+    // Sizes: by rendezvous (1 MiB, 100,000 B), eager in several UCX fragments with the split
+    // parts in the AM header (20,000 B), and too small to split (100 B).
+    const std::vector<std::shared_ptr<const Bytes>> buffers = {
+        std::make_shared<const Bytes>(pattern(1 << 20, 7)), std::make_shared<const Bytes>(pattern(100'000, 8)),
+        std::make_shared<const Bytes>(pattern(20'000, 9)), std::make_shared<const Bytes>(pattern(100, 10))};
     for (int round = 0; round < 2; ++round) {
         std::vector<Future> calls;
-        std::vector<int> which;
-        for (int i = 0; i < 12; ++i) {
-            which.push_back(i % 3);
-            calls.push_back(client.ship_shared(behaviour_kernels::echo, *t, i % 3 == 0 ? big : i % 3 == 1 ? mid : small));
-        }
+        for (int i = 0; i < 16; ++i) calls.push_back(client.ship_shared(behaviour_kernels::echo, *t, buffers[i % 4]));
         int intact = 0;
         for (std::size_t i = 0; i < calls.size(); ++i) {
             auto r = calls[i].get();
             INFO("call " << i << ": " << (r ? "" : r.error().describe()));
             REQUIRE(r);
-            intact += *r == *data[which[i]];
+            intact += *r == *buffers[i % 4];
         }
-        CHECK(intact == 12);
+        CHECK(intact == 16);
     }
-    CHECK(*big == pattern(1 << 20, 7)); // nobody wrote to the caller's buffer
+    CHECK(*buffers[0] == pattern(1 << 20, 7)); // nobody wrote to the caller's buffer
     // Once answered (and UCX done sending), no call holds the buffers any more.
+    auto held = [&] {
+        return std::any_of(buffers.begin(), buffers.end(), [](const auto& b) { return b.use_count() > 1; });
+    };
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while ((big.use_count() > 1 || mid.use_count() > 1) && std::chrono::steady_clock::now() < until)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    CHECK(big.use_count() == 1);
-    CHECK(mid.use_count() == 1);
-    CHECK(small.use_count() == 1);
+    while (held() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    for (const auto& b : buffers) CHECK(b.use_count() == 1);
     // An empty or null buffer is a call with no arguments.
     auto none = client.ship_shared(behaviour_kernels::echo, *t, nullptr).get();
     REQUIRE(none);
