@@ -165,8 +165,8 @@ TEST_CASE("arguments shared by many calls (ship_shared) arrive intact and are le
     auto t = client.connect(agent.address());
     REQUIRE(t);
     // The first call brings the code (NEED_CODE, then the RUN again from the same buffer).
-    // Sizes: by rendezvous (1 MiB, 100,000 B), eager in several UCX fragments with the split
-    // parts in the AM header (20,000 B), and too small to split (100 B).
+    // Sizes: by rendezvous (1 MiB, 100,000 B), just over the split threshold and over UCX's
+    // 8 KiB segment (20,000 B), and too small to split (100 B).
     const std::vector<std::shared_ptr<const Bytes>> buffers = {
         std::make_shared<const Bytes>(pattern(1 << 20, 7)), std::make_shared<const Bytes>(pattern(100'000, 8)),
         std::make_shared<const Bytes>(pattern(20'000, 9)), std::make_shared<const Bytes>(pattern(100, 10))};
