@@ -58,7 +58,7 @@ struct SendRecord {
 struct RecvRecord {
     Engine* engine;
     Incoming incoming;
-    std::size_t data_length = 0; ///< what UCX receives, at data_offset of the payload
+    std::size_t data_length = 0; ///< what UCX receives (after a split message's prefix)
 };
 
 Result<sockaddr_storage> resolve(const std::string& host, std::uint16_t port) {
