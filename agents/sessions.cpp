@@ -141,6 +141,7 @@ void Agent::Impl::on_message(Incoming&& in) {
         w.access = gate->access();
         w.challenge = gate->open_session(conn);
         w.sandbox = sandbox->mode();
+        w.reads_split = true; // the engine joins them (core/wire_split.hpp)
         reply(in.ep, conn, wire::encode_welcome(w));
         return;
     }

@@ -217,10 +217,12 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
         offer_window(p, *c, run);
     }
     c->sent_code = !code.empty();
-    // Large arguments go from the call's own buffer, which the call keeps (core/wire_split.hpp).
-    if (run.args.size() >= kBorrowedArgsMin)
+    // Large arguments go from the call's own buffer, which the call keeps (core/wire_split.hpp),
+    // to an agent that reads split messages; an older one gets them copied into the message.
+    if (run.args.size() >= kBorrowedArgsMin && p.reads_split) {
         engine->send(p.ep, wire::encode_run_borrowing_args(c->id, run, std::shared_ptr<const void>(c, run.args.data())));
-    else
+        split_runs_sent.fetch_add(1, std::memory_order_relaxed);
+    } else
         engine->send(p.ep, wire::encode_run(c->id, run));
     runs_sent.fetch_add(1, std::memory_order_relaxed);
     pending[c->id] = c;

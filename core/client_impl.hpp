@@ -145,6 +145,7 @@ struct Peer {
     bool welcomed = false;       ///< WELCOME in and, where the agent asks for keys, AUTH accepted
     std::uint64_t auth_request = 0; ///< the AUTH awaiting the agent's ACK (0: none)
     std::shared_ptr<const AgentInfo> info;
+    bool reads_split = false; ///< the agent's WELCOME says it reads split messages (wire::kFlagReadsSplit)
     Clock::time_point connect_deadline;
     std::vector<std::shared_ptr<CallState>> waiting; // calls queued until connected
     std::shared_ptr<CallState> connecting;           // connect()'s own call, if any
@@ -176,7 +177,7 @@ struct Client::Impl {
     std::atomic<std::uint64_t> next_id{1};
     std::atomic<std::uint64_t> next_peer{1};
 
-    std::atomic<std::uint64_t> runs_sent{0}, bundles_sent{0}, bundle_bytes_sent{0}, need_code_received{0}, reconnects{0};
+    std::atomic<std::uint64_t> runs_sent{0}, split_runs_sent{0}, bundles_sent{0}, bundle_bytes_sent{0}, need_code_received{0}, reconnects{0};
     std::atomic<std::uint64_t> stray_replies{0};
     std::atomic<std::uint64_t> busy_resends{0};
     AgentLoadTable loads; ///< what each target's replies said of its load (any thread)

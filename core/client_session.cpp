@@ -87,6 +87,7 @@ void Client::Impl::on_welcome(Peer& p, const wire::Welcome& w) {
     // An agent restarted on another architecture takes other slices.
     if (p.info && p.info->triple != info->triple) p.slice_by_bundle.clear();
     p.info = std::move(info);
+    p.reads_split = w.reads_split;
     if (start_auth(p, w)) return; // on_session follows the agent's ACK
     on_session(p);
 }

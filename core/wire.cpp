@@ -127,6 +127,7 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         w.cores = *cores;
         w.workers = *workers;
         w.instance = *instance;
+        w.reads_split = (header.flags & kFlagReadsSplit) != 0;
         m.body = w;
         break;
     }
@@ -283,7 +284,9 @@ Encoded encode_welcome(const Welcome& x) {
     }
     block.insert(block.end(), tail.begin(), tail.end());
     w.blob32(block);
-    return finish(start(Type::welcome, 0), std::move(w));
+    auto e = finish(start(Type::welcome, 0), std::move(w));
+    if (x.reads_split) e.header.flags |= kFlagReadsSplit;
+    return e;
 }
 
 Encoded encode_need_code(std::uint64_t id, const CodeHash& hash) {

@@ -71,6 +71,10 @@ inline constexpr std::uint16_t kFlagGpu = 1u << 1;
 /// starts with an Each, and its RESULT carries every call's answer (EachResultsWriter). Never
 /// with kFlagWindow or kFlagGpu. A RUN with any other flag is refused.
 inline constexpr std::uint16_t kFlagEach = 1u << 2;
+/// Header::flags of a WELCOME from an agent that reads split messages (core/wire_split.hpp):
+/// clients send a large RUN's arguments uncopied only to such an agent, and copy them into the
+/// message for an older one, whose WELCOME has no flags. Older clients ignore WELCOME's flags.
+inline constexpr std::uint16_t kFlagReadsSplit = 1u << 3;
 
 std::string_view to_string(Type t) noexcept;
 
@@ -122,6 +126,8 @@ struct Welcome {
     std::array<std::uint8_t, 32> challenge{};
     /// After the challenge: `u8 sandbox`. Absent (an older agent): none.
     SandboxMode sandbox = SandboxMode::none;
+    /// Header::flags kFlagReadsSplit: the agent reads split messages. Unset by older agents.
+    bool reads_split = false;
 };
 
 /// AUTH: the client's public key and its signature over (challenge, instance, key).

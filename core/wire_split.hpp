@@ -9,6 +9,8 @@
 //
 // AM header of a split message: Header (payload_size: the whole payload), u32 prefix bytes,
 // u32 suffix bytes, the prefix, the suffix. Every length is checked against what arrived.
+// Older agents read only the plain form: a client splits a RUN only for an agent whose WELCOME
+// carries kFlagReadsSplit.
 
 #include <cstddef>
 #include <cstdint>

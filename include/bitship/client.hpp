@@ -243,6 +243,9 @@ struct ClientOptions {
 /// Counters of what this client sent and received; for tests and benchmarks.
 struct ClientStats {
     std::uint64_t runs_sent = 0;          ///< RUN messages, resends included
+    /// Of those, RUNs whose arguments (16 KiB or more) went from the call's buffer uncopied, as
+    /// split messages: only to agents whose WELCOME says they read them.
+    std::uint64_t split_runs_sent = 0;
     std::uint64_t bundles_sent = 0;       ///< RUN messages that carried code
     std::uint64_t bundle_bytes_sent = 0;  ///< bytes of code sent
     std::uint64_t need_code_received = 0; ///< times an agent asked for code

@@ -196,6 +196,15 @@ TEST_CASE("ERROR, WELCOME and STATS_REPLY round trip", "[unit]") {
     CHECK(got.llvm == LlvmVersion{19, 1, 7});
     CHECK(got.instance == 0x1234);
     CHECK(got.limits.max_args == wire::Limits{}.max_args);
+    CHECK_FALSE(got.reads_split); // an agent from before split messages: no flags
+    CHECK(we.header.flags == 0);
+    w.reads_split = true;
+    auto split_we = wire::encode_welcome(w);
+    CHECK(split_we.header.flags == wire::kFlagReadsSplit);
+    CHECK(split_we.payload == we.payload); // a flag in the header, which older clients ignore
+    auto split_wm = wire::decode(split_we.header, split_we.payload);
+    REQUIRE(split_wm);
+    CHECK(std::get<wire::Welcome>(split_wm->body).reads_split);
 
     std::vector<std::pair<std::string, std::uint64_t>> counters{{"runs", 3}, {"results", 2}};
     auto se = wire::encode_stats_reply(1, counters);
