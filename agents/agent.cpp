@@ -76,6 +76,18 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     auto sandbox = KernelSandbox::create(sc);
     if (!sandbox) return tl::make_unexpected(sandbox.error());
     impl->sandbox = std::move(*sandbox);
+    if (auto* arena = impl->sandbox->arena()) {
+        // A slot for each thread that runs kernels (4 to 16), 64 MiB of them at most.
+        const std::size_t slot = std::max<std::size_t>(config.limits.max_args, 1);
+        const std::size_t slots = std::min<std::size_t>(std::clamp<std::size_t>(sc.threads, 4, 16), (64u << 20) / slot);
+        if (slots > 0) {
+            auto landing = ArgsLanding::create(*arena, slots, slot);
+            if (landing)
+                impl->args_landing = std::move(*landing);
+            else
+                spdlog::warn("xagent: large arguments will be copied into each call's buffer: {}", landing.error().describe());
+        }
+    }
     jit::JitOptions jo;
     jo.exports = runtime_exports();
     jo.exports.insert(jo.exports.end(), config.exports.begin(), config.exports.end());
@@ -110,6 +122,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     hooks.on_bad_message = [raw](ucp_ep_h ep, std::uint64_t id, const Error& e) { raw->on_bad_message(ep, id, e); };
     hooks.on_ep_error = [raw](ucp_ep_h ep, const Error& e) { raw->on_ep_error(ep, e); };
     hooks.on_conn_request = [raw](ucp_conn_request_h r) { raw->on_conn_request(r); };
+    if (auto* landing = impl->args_landing.get())
+        hooks.land_args = [landing](std::size_t bytes) { return landing->take(bytes); };
     if (config.kernel_timeout.count() > 0) {
         hooks.on_watch = [] { check_kernel_budgets(); };
         hooks.watch_needed = [] { return kernels_running(); };

@@ -30,6 +30,7 @@
 
 #include "core/bulk_window.hpp"
 #include "core/engine.hpp"
+#include "args_landing.hpp"
 #include "bulk_windows.hpp"
 #include "control.hpp"
 #include "gpu_process.hpp"
@@ -79,6 +80,9 @@ struct RunRequest {
     std::uint64_t id = 0;   ///< this hop's request id (NEED_CODE answers it)
     std::vector<std::byte> payload;
     std::shared_ptr<ReceiveBuffers> payload_home;
+    /// The landing slot run.args lie in (args_landing.hpp), when they landed: held until this
+    /// is let go, then wiped.
+    std::shared_ptr<void> args_home;
     Hold hold; ///< the connection's share of AgentConfig::per_connection, until this is let go
     wire::Run run;
     /// The session's bulk window when the RUN uses it (run.window): held until answered.
@@ -137,7 +141,7 @@ struct Link {
     X(forwards) X(forwards_local) X(code_forwarded) X(native_runs) X(unauthorized)                  \
     X(last_compile_verify_ns) X(last_compile_parse_ns) X(last_compile_optimise_ns)                  \
     X(last_compile_codegen_ns) X(last_compile_link_ns) X(last_compile_tier)                         \
-    X(window_args) X(window_results) X(partial_compiles) X(left_out_calls)                          \
+    X(window_args) X(landed_args) X(window_results) X(partial_compiles) X(left_out_calls)                          \
     X(gpu_runs) X(gpu_compiles) X(gpu_compile_failures) X(gpu_reads) X(gpu_window_reads) X(gpu_writes) \
     X(last_gpu_ptx_ns) X(last_gpu_load_ns) X(group_runs) X(group_calls) X(busy_refusals) X(refused_connections) X(handshake_timeouts)
 
@@ -160,6 +164,9 @@ std::pair<std::string, std::uint16_t> split_host_port(std::string_view a);
 struct Agent::Impl {
     AgentConfig config;
     std::unique_ptr<KernelSandbox> sandbox; // before the JIT and regions, which live in its arena
+    /// Large arguments land in its arena (sfi), where kernels read them; before the engine,
+    /// which receives into it. Null without a sandbox, or when it could not be had.
+    std::unique_ptr<ArgsLanding> args_landing;
     std::unique_ptr<jit::Jit> jit;
     std::unique_ptr<Engine> engine;
     std::unique_ptr<RegionTable> regions;

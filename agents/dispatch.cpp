@@ -190,6 +190,7 @@ void Agent::Impl::record_run(KernelStats::KernelSlot* stats, const Runnable& wha
 
 void Agent::Impl::prepare_ctx(bs_ctx& ctx, const RunRequest& r) {
     ctx.args = r.run.args;
+    ctx.args_landed = r.args_home != nullptr;
     ctx.max_result = config.limits.max_result;
     ctx.max_args = config.limits.max_args;
     ctx.run = &r.run;

@@ -32,6 +32,9 @@ struct ForwardRequest {
 /// One call's context; lives on the worker's stack while the kernel runs.
 struct bs_ctx {
     std::span<const std::byte> args;
+    /// The arguments lie in a landing slot in the sandbox arena (args_landing.hpp): a sandboxed
+    /// call reads them there, without copying them into its call buffer.
+    bool args_landed = false;
     std::size_t max_result = 0;
     std::size_t max_args = 0;
     const bitship::wire::Run* run = nullptr;           ///< the call: peers, hop budget

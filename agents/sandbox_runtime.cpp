@@ -22,6 +22,7 @@ struct CurrentCall {
     ThreadArea* area = nullptr;
     SandboxArena* arena = nullptr;
     std::size_t args_bytes = 0;
+    bool args_landed = false; // read where they landed (args_landing.hpp), not in the call buffer
 };
 thread_local CurrentCall t_call;
 thread_local std::size_t t_last_peak = 0;
@@ -402,12 +403,16 @@ Result<void> SandboxedCall::enter(SandboxArena& arena, bs_ctx& ctx) {
         return fail(Errc::too_large, fmt::format("the call's {} bytes of arguments exceed the sandbox call buffer of {} "
                                                  "bytes",
                                                  n, area.call_buffer_bytes));
-    if (n) std::memcpy(area.call_buffer, ctx.args.data(), n);
-    ctx.args = std::span<const std::byte>(area.call_buffer, n);
+    // Arguments that landed in the arena are read there; their slot is wiped when let go.
+    const bool in_place = ctx.args_landed && arena.contains(ctx.args.data(), n);
+    if (!in_place) {
+        if (n) std::memcpy(area.call_buffer, ctx.args.data(), n);
+        ctx.args = std::span<const std::byte>(area.call_buffer, n);
+    }
     // The kernel can write these (they are in the arena): set them afresh for every call.
     area.stack->sp = area.stack_top;
     area.stack->limit = area.stack_limit;
-    t_call = {&ctx, &area, &arena, n};
+    t_call = {&ctx, &area, &arena, n, in_place};
     return {};
 }
 
@@ -419,7 +424,8 @@ void SandboxedCall::leave() noexcept {
         return;
     }
     // The next call on this thread (another client's, maybe) does not find these arguments.
-    if (call.args_bytes) std::memset(call.area->call_buffer, 0, call.args_bytes);
+    // (Landed ones are wiped as their slot is let go.)
+    if (call.args_bytes && !call.args_landed) std::memset(call.area->call_buffer, 0, call.args_bytes);
     KernelHeap& heap = *call.area->heap;
     t_last_peak = heap.peak();
     if (heap.touched()) heap.reset();

@@ -81,6 +81,7 @@ void Agent::Impl::on_bad_message(ucp_ep_h ep, std::uint64_t id, const Error& e) 
 
 void Agent::Impl::on_message(Incoming&& in) {
     if (auto link = link_by_ep.find(in.ep); link != link_by_ep.end()) {
+        in.join_outside(); // (agents send no split messages; a peer that does is read the plain way)
         on_link_message(link->second, std::move(in));
         return;
     }
@@ -98,7 +99,8 @@ void Agent::Impl::on_message(Incoming&& in) {
     }
     if (in.header.type == wire::Type::run) { // a call: decoded straight into its request
         auto r = std::make_shared<RunRequest>();
-        if (auto ok = wire::decode_run(in.header, in.payload, r->run); !ok) {
+        const bool landed = in.outside_keep != nullptr;
+        if (auto ok = wire::decode_run(in.header, in.payload, r->run, landed ? &in.outside : nullptr); !ok) {
             counters.malformed_messages.fetch_add(1, std::memory_order_relaxed);
             reply_error(in.ep, conn, in.header.request_id, ok.error());
             return;
@@ -108,6 +110,10 @@ void Agent::Impl::on_message(Incoming&& in) {
         r->id = in.header.request_id;
         r->payload = std::move(in.payload); // r->run's views: the buffer moves, it is not reallocated
         r->payload_home = engine->receive_buffers();
+        if (landed) {
+            r->args_home = std::move(in.outside_keep); // r->run.args lie there
+            counters.landed_args.fetch_add(1, std::memory_order_relaxed);
+        }
         r->hold = std::move(in.hold);
         on_run(std::move(r));
         return;

@@ -57,6 +57,7 @@ public:
         return b;
     }
     [[nodiscard]] std::size_t remaining() const noexcept { return bytes_.size() - pos_; }
+    [[nodiscard]] std::size_t position() const noexcept { return pos_; }
     /// Skips the padding up to the next multiple of `n` from the start; false if it runs out.
     bool align(std::size_t n) noexcept {
         auto pad = (n - pos_ % n) % n;

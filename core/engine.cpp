@@ -292,6 +292,26 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
             return UCS_OK;
         }
         const auto* bytes = static_cast<const std::byte*>(data);
+        // A plain RUN's split-off arguments land where the owner says, when it says; the
+        // payload then holds its other fields.
+        std::optional<Landing> landing;
+        if (!am->prefix.empty() && hdr->type == wire::Type::run && hdr->flags == 0 && self->hooks_.land_args)
+            if (landing = self->hooks_.land_args(length); landing && landing->at.size() < length) landing.reset();
+        auto landed = [&] {
+            std::vector<std::byte> fields;
+            fields.reserve(am->prefix.size() + am->suffix.size());
+            fields.insert(fields.end(), am->prefix.begin(), am->prefix.end());
+            fields.insert(fields.end(), am->suffix.begin(), am->suffix.end());
+            Incoming in{ep, *hdr, std::move(fields), std::move(*hold)};
+            in.outside = {landing->at.first(length), am->prefix.size()};
+            in.outside_keep = std::move(landing->keep);
+            return in;
+        };
+        if (eager && landing) {
+            std::memcpy(landing->at.data(), bytes, length);
+            self->arrived_.push_back(landed());
+            return UCS_OK;
+        }
         if (eager) { // (copied as it is made: no zero-fill first)
             std::vector<std::byte> payload;
             if (am->prefix.empty() && am->suffix.empty()) {
@@ -305,17 +325,27 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
             self->arrived_.push_back(Incoming{ep, *hdr, std::move(payload), std::move(*hold)});
             return UCS_OK;
         }
-        Incoming in{ep, *hdr, self->receive_buffers_->take(whole), std::move(*hold)};
-        auto* at = in.payload.data();
-        if (!am->prefix.empty()) std::memcpy(at, am->prefix.data(), am->prefix.size());
-        if (!am->suffix.empty()) std::memcpy(at + am->prefix.size() + length, am->suffix.data(), am->suffix.size());
-        // Rendezvous: start the receive now; the payload is queued when it lands.
-        auto* record = new RecvRecord{self, std::move(in), length};
-        ucp_request_param_t rp{};
-        rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-        rp.cb.recv_am = &Engine::on_recv_data;
-        rp.user_data = record;
-        auto* req = ucp_am_recv_data_nbx(self->worker_.get(), data, at + am->prefix.size(), length, &rp);
+        // Rendezvous: start the receive now, into `at`; the message is queued when it lands.
+        auto receive = [&](Incoming&& in, std::byte* at) {
+            auto* record = new RecvRecord{self, std::move(in), length};
+            ucp_request_param_t rp{};
+            rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+            rp.cb.recv_am = &Engine::on_recv_data;
+            rp.user_data = record;
+            return std::pair{record, ucp_am_recv_data_nbx(self->worker_.get(), data, at, length, &rp)};
+        };
+        std::pair<RecvRecord*, void*> started;
+        if (landing) {
+            auto* at = landing->at.data();
+            started = receive(landed(), at);
+        } else {
+            Incoming in{ep, *hdr, self->receive_buffers_->take(whole), std::move(*hold)};
+            auto* at = in.payload.data();
+            if (!am->prefix.empty()) std::memcpy(at, am->prefix.data(), am->prefix.size());
+            if (!am->suffix.empty()) std::memcpy(at + am->prefix.size() + length, am->suffix.data(), am->suffix.size());
+            started = receive(std::move(in), at + am->prefix.size());
+        }
+        auto [record, req] = started;
         if (req == nullptr) {
             self->arrived_.push_back(std::move(record->incoming));
             delete record;
@@ -328,6 +358,19 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
         self->bad_.push_back({ep, 0, Error{Errc::too_large, "out of memory receiving a message"}});
         return UCS_OK;
     }
+}
+
+void Incoming::join_outside() {
+    if (!outside_keep) return;
+    std::vector<std::byte> whole;
+    whole.reserve(payload.size() + outside.bytes.size());
+    const auto cut = payload.begin() + static_cast<std::ptrdiff_t>(outside.at);
+    whole.insert(whole.end(), payload.begin(), cut);
+    whole.insert(whole.end(), outside.bytes.begin(), outside.bytes.end());
+    whole.insert(whole.end(), cut, payload.end());
+    payload = std::move(whole);
+    outside = {};
+    outside_keep.reset();
 }
 
 void Engine::on_recv_data(void* request, ucs_status_t status, size_t length, void* user_data) noexcept {

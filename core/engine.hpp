@@ -18,6 +18,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <span>
@@ -58,14 +59,32 @@ struct EngineOptions {
     InflightBudget inflight;
 };
 
+/// Memory a split RUN's arguments may land in instead of the message's payload
+/// (EngineHooks::land_args): `at` has room for them, `keep` holds it until let go.
+struct Landing {
+    std::span<std::byte> at;
+    std::shared_ptr<void> keep;
+};
+
 /// A message whose header decoded; the payload is owned here.
 struct Incoming {
+    Incoming() = default;
+    Incoming(ucp_ep_h to, const wire::Header& h, std::vector<std::byte>&& bytes, Hold&& held) noexcept
+        : ep(to), header(h), payload(std::move(bytes)), hold(std::move(held)) {}
+
     ucp_ep_h ep = nullptr; ///< where to answer; null if the sender asked for no reply
     wire::Header header;
     std::vector<std::byte> payload;
     /// The sender's share of EngineOptions::inflight while this message is held: whoever keeps
     /// the payload past on_message keeps this with it.
     Hold hold;
+    /// A RUN whose arguments landed where EngineHooks::land_args said: `payload` holds its other
+    /// fields, and the arguments belong at byte `outside.at` of it (wire::decode_run reads
+    /// them so). `outside_keep` holds their memory. Empty for every other message.
+    wire::OutsideArgs outside;
+    std::shared_ptr<void> outside_keep;
+    /// Puts landed arguments back into the payload (for a reader that wants one payload).
+    void join_outside();
 };
 
 /// What the owner of an engine is told, always on the progress thread, never inside a UCX
@@ -86,6 +105,12 @@ struct EngineHooks {
     /// Whether on_watch has anything to watch now (a kernel running). When false, the engine's
     /// thread sleeps deeply while a guest leads; wake_watch() ends that sleep.
     std::function<bool()> watch_needed;
+    /// Where the arguments of a split RUN (no flags) arriving by rendezvous may land instead of
+    /// a receive buffer: `bytes` of them; nullopt: in the payload, as any message. Called
+    /// inside UCX's AM callback, on whichever thread progresses: thread-safe, and never calling
+    /// into the engine. An agent lands them in its sandbox arena, where a kernel reads them
+    /// without a copy (agents/args_landing.hpp).
+    std::function<std::optional<Landing>(std::size_t bytes)> land_args;
 };
 
 /// Whether shared memory can get huge pages on this host, as the kernel is set: e.g.

@@ -245,9 +245,9 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
     return m;
 }
 
-Result<void> decode_run(const Header& header, std::span<const std::byte> payload, Run& out) {
+Result<void> decode_run(const Header& header, std::span<const std::byte> payload, Run& out, const OutsideArgs* outside) {
     ByteReader in(payload);
-    if (auto ok = codec::decode_run(header, in, out); !ok) return ok;
+    if (auto ok = codec::decode_run(header, in, out, outside); !ok) return ok;
     if (in.remaining() != 0) return trailing(Type::run, in.remaining());
     return {};
 }

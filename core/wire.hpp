@@ -343,9 +343,19 @@ struct Message {
 
 /// Decodes a payload whose header already passed decode_header().
 Result<Message> decode(const Header& header, std::span<const std::byte> payload);
+/// A split RUN's arguments, received apart from its other fields (Incoming::outside): they
+/// belong at byte `at` of its payload, which holds the fields before and after them.
+struct OutsideArgs {
+    std::span<const std::byte> bytes;
+    std::size_t at = 0;
+};
+
 /// What decode() does for a RUN, straight into `out` (value-initialized; its views point into
-/// `payload`), without the Message around it: the agent's path of every call.
-Result<void> decode_run(const Header& header, std::span<const std::byte> payload, Run& out);
+/// `payload`), without the Message around it: the agent's path of every call. With `outside`,
+/// `payload` lacks the arguments, and `out.args` is `outside->bytes` if they lie exactly where
+/// the fields say (else malformed_message).
+Result<void> decode_run(const Header& header, std::span<const std::byte> payload, Run& out,
+                        const OutsideArgs* outside = nullptr);
 
 /// An encoded message: header and payload, kept alive until UCX is done sending them.
 struct Encoded {

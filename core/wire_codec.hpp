@@ -62,7 +62,7 @@ template <std::size_t N> void write_array(ByteWriter& w, const std::array<std::u
 }
 
 /// RUN's payload after its header, into `r` (value-initialized) (wire_run.cpp).
-Result<void> decode_run(const Header& header, ByteReader& in, Run& r);
+Result<void> decode_run(const Header& header, ByteReader& in, Run& r, const OutsideArgs* outside = nullptr);
 /// The operator's control replies (wire_control.cpp): STATS_REPLY, INFO_REPLY,
 /// KERNEL_STATS_REPLY, CACHE_LIST_REPLY, CACHE_EVICT, ACK.
 Result<Body> decode_control(Type t, ByteReader& in);

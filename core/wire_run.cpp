@@ -5,7 +5,7 @@
 namespace bitship::wire {
 using namespace codec;
 
-Result<void> codec::decode_run(const Header& header, ByteReader& in, Run& r) {
+Result<void> codec::decode_run(const Header& header, ByteReader& in, Run& r, const OutsideArgs* outside) {
     const auto t = Type::run;
     if (header.flags & ~(kFlagWindow | kFlagGpu | kFlagEach))
         return fail(Errc::malformed_message, fmt::format("RUN message has unknown flags {:#06x}", header.flags));
@@ -46,7 +46,17 @@ Result<void> codec::decode_run(const Header& header, ByteReader& in, Run& r) {
     if (!entry) return truncated(t, "entry");
     auto args_size = in.u32();
     if (!args_size || !in.align(kArgsAlignment)) return truncated(t, "args");
-    auto args = in.bytes(*args_size);
+    std::optional<std::span<const std::byte>> args;
+    if (outside == nullptr) {
+        args = in.bytes(*args_size);
+    } else if (in.position() == outside->at && *args_size == outside->bytes.size()) {
+        args = outside->bytes;
+    } else {
+        return fail(Errc::malformed_message,
+                    fmt::format("RUN message declares {} bytes of arguments at byte {}, but its sender split {} bytes off "
+                                "at byte {}",
+                                *args_size, in.position(), outside->bytes.size(), outside->at));
+    }
     if (!args) return truncated(t, "args");
     auto code = in.blob32();
     if (!code) return truncated(t, "code");

@@ -128,12 +128,24 @@ TEST_CASE("over TCP, or with windows turned off, bulk calls take UCX's path", "[
         auto client = make_client("tcp");
         auto t = client.connect(agent.address());
         REQUIRE(t);
-        // Each size again after a larger one: received into a buffer an earlier RUN left,
+        // Each size again after a larger one: landed in a slot an earlier call left (wiped),
         // every byte of it overwritten (echo checks them all).
         CHECK(echo_sizes(client, *t, {1 << 16, 1 << 20, 1 << 16, 300'000, 1 << 20}) == 5);
         auto c = agent_counters(client, *t);
         CHECK(c["window_args"] == 0);
         CHECK(c["window_results"] == 0);
+        CHECK(c["landed_args"] >= 5); // in the sandbox arena, read there (and the first RUN, before NEED_CODE)
+    }
+    SECTION("tcp, no sandbox: arguments are received into kept buffers") {
+        AgentProcess agent("tcp", {"--sandbox", "none"});
+        auto client = make_client("tcp");
+        auto t = client.connect(agent.address());
+        REQUIRE(t);
+        // Each size again after a larger one: received into a buffer an earlier RUN left,
+        // every byte of it overwritten (echo checks them all).
+        CHECK(echo_sizes(client, *t, {1 << 16, 1 << 20, 1 << 16, 300'000, 1 << 20}) == 5);
+        auto c = agent_counters(client, *t);
+        CHECK(c["landed_args"] == 0); // no arena to land in
         if (malloc_is_tunable())
             CHECK(c["receive_buffers_reused"] >= 1);
         else // a sanitizer's build keeps none (its use-after-free checks need them freed)
@@ -187,7 +199,11 @@ TEST_CASE("arguments shared by many calls (ship_shared) arrive intact and are le
         CHECK(intact == 16);
     }
     CHECK(*buffers[0] == pattern(1 << 20, 7)); // nobody wrote to the caller's buffer
-    if (split) CHECK(client.stats().split_runs_sent >= 24); // the three large buffers' calls, both rounds
+    if (split) {
+        CHECK(client.stats().split_runs_sent >= 24); // the three large buffers' calls, both rounds
+        // Their arguments landed in the agent's sandbox arena and were read there, while slots were free.
+        CHECK(agent_counters(client, *t)["landed_args"] > 0);
+    }
     // Once answered (and UCX done sending), no call holds the buffers any more.
     auto held = [&] {
         return std::any_of(buffers.begin(), buffers.end(), [](const auto& b) { return b.use_count() > 1; });

@@ -94,6 +94,44 @@ TEST_CASE("a RUN with borrowed arguments arrives as the same bytes as one that c
     CHECK(owner.use_count() == 1);
 }
 
+TEST_CASE("a RUN whose arguments landed apart from its fields decodes with them where they landed", "[unit]") {
+    const auto args = pattern(100000);
+    const auto run = sample_run(args);
+    auto split = wire::encode_run_borrowing_args(42, run, nullptr);
+    auto w = sent(split);
+    auto h = wire::decode_am_header(w.am, w.data.size());
+    REQUIRE(h);
+    // What the engine hands on when the arguments land elsewhere: the fields before and after them.
+    std::vector<std::byte> fields(h->prefix.begin(), h->prefix.end());
+    fields.insert(fields.end(), h->suffix.begin(), h->suffix.end());
+    const std::vector<std::byte> landed(w.data.begin(), w.data.end());
+    wire::OutsideArgs outside{landed, h->prefix.size()};
+    wire::Run got;
+    REQUIRE(wire::decode_run(h->header, fields, got, &outside));
+    CHECK(got.args.data() == landed.data()); // read where they landed, not copied
+    CHECK(got.args.size() == args.size());
+    CHECK(got.entry == "xor_bytes");
+    CHECK(got.origin == 9);
+    CHECK(got.hash == run.hash);
+    REQUIRE(got.peers.size() == 1);
+    CHECK(got.peers[0] == "127.0.0.1:7000");
+
+    SECTION("arguments said to lie elsewhere, or of another size, are refused by name") {
+        for (auto bad : {wire::OutsideArgs{landed, outside.at + 16}, wire::OutsideArgs{landed, outside.at - 16},
+                         wire::OutsideArgs{std::span(landed).first(landed.size() - 1), outside.at}}) {
+            wire::Run r;
+            auto refused = wire::decode_run(h->header, fields, r, &bad);
+            REQUIRE_FALSE(refused);
+            CHECK(refused.error().code == Errc::malformed_message);
+            CHECK_THAT(refused.error().message, Catch::Contains("bytes of arguments"));
+        }
+    }
+    SECTION("the fields alone, read as a whole payload, are refused") {
+        wire::Run r;
+        CHECK_FALSE(wire::decode_run(h->header, fields, r));
+    }
+}
+
 TEST_CASE("a RUN with no arguments to borrow is an ordinary message", "[unit]") {
     const auto run = sample_run({});
     auto e = wire::encode_run_borrowing_args(1, run, std::make_shared<int>(0));
