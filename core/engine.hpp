@@ -88,7 +88,7 @@ struct Incoming {
 };
 
 /// What the owner of an engine is told, always on the progress thread, never inside a UCX
-/// callback.
+/// callback (land_args, a question, is asked inside one).
 struct EngineHooks {
     std::function<void(Incoming&&)> on_message;
     /// A message that failed its header checks (or was too large to receive).

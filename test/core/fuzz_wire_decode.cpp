@@ -9,7 +9,9 @@ namespace {
 
 // The same bytes read as a split message's AM header (core/wire_split.hpp) that came with as
 // many bytes of AM data as its last byte says: whatever its lengths claim, the parts it gives
-// lie inside it, and laid out around the data they make the payload its Header declares.
+// lie inside it, and laid out around the data they make the payload its Header declares. A
+// RUN's data also lands apart from its fields, as an agent lands it (Incoming::outside): what
+// decodes so decodes laid out whole too, its arguments the data, read where the data lies.
 void split_header(std::span<const std::byte> bytes) {
     using namespace bitship;
     const std::size_t data = static_cast<std::size_t>(bytes.back()) * 97;
@@ -19,7 +21,17 @@ void split_header(std::span<const std::byte> bytes) {
     std::vector<std::byte> payload(h->prefix.begin(), h->prefix.end());
     payload.resize(payload.size() + data);
     payload.insert(payload.end(), h->suffix.begin(), h->suffix.end());
-    (void)wire::decode(h->header, payload);
+    auto whole = wire::decode(h->header, payload);
+    if (h->header.type != wire::Type::run || h->prefix.empty()) return;
+    std::vector<std::byte> fields(h->prefix.begin(), h->prefix.end());
+    fields.insert(fields.end(), h->suffix.begin(), h->suffix.end());
+    const std::vector<std::byte> landed(data, std::byte{0});
+    const wire::OutsideArgs outside{landed, h->prefix.size()};
+    wire::Run run;
+    auto apart = wire::decode_run(h->header, fields, run, &outside);
+    if (!apart) return;
+    if (!whole || run.args.data() != landed.data() || std::get<wire::Run>(whole->body).args.size() != data)
+        __builtin_trap();
 }
 
 } // namespace
