@@ -4,8 +4,9 @@
 # threads meet: several callers waiting and leading progress in turn, a long kernel handing
 # progress to the engine's thread (and the pool's workers' answers gathered for it), concurrent first calls to one bundle, eviction under calls;
 # the in-flight ledger's holds, let go on many threads; the progress token passed between threads;
-# and GPU region reads sent from the GPU process's window, whose read slots the engine's thread
-# gives back (on the tests' fake driver).
+# GPU region reads sent from the GPU process's window, whose read slots the engine's thread
+# gives back (on the tests' fake driver); and large arguments landing in the sandbox arena, in
+# slots the engine's thread takes and the workers' calls let go.
 # Their xagent, bitship-compiler and bitship-gpu processes are built the same way; every process writes its
 # reports under one directory, and any report fails this script (UCX and LLVM are not
 # instrumented: what happens inside them is not seen, their locks and threads are).
@@ -34,7 +35,8 @@ for t in "4 client threads x 1000 ships*" \
          "an agent with --cache-mib serves many distinct kernels*" \
          "a connection past its in-flight call limit*" \
          "a Batch the engine's thread took while the worker ran a long kernel*" \
-         "gpu plumbing (fake driver): reads answered from the GPU process's window*"; do
+         "gpu plumbing (fake driver): reads answered from the GPU process's window*" \
+         "arguments shared by many calls (ship_shared)*"; do
     build-tsan/test/agents/agents_tsan_test --warn NoTests "$t" || status=1
 done
 
