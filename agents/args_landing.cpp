@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <shared_mutex>
 #include <vector>
 
 #include <fmt/format.h>
@@ -16,18 +17,24 @@
 namespace bitship::agent {
 
 struct ArgsLanding::State {
-    std::mutex mutex;
+    std::mutex mutex;        // taken
     std::byte* base = nullptr;
     std::size_t slot_bytes = 0;
     std::vector<bool> taken; // by slot
-    bool alive = true;       // false once the landing (and its memory) is gone
+    // Wipes hold it shared, the landing's end exclusively: its memory outlives every wipe, and
+    // a wipe (a pass over up to a slot) never holds up take().
+    std::shared_mutex life;
+    bool alive = true; // false once the landing (and its memory) is gone
     std::atomic<std::uint64_t> landed{0};
 
     void give_back(std::size_t slot, std::size_t bytes) noexcept {
+        {
+            std::shared_lock wiping(life);
+            if (!alive) return;
+            // The next call's kernel, another client's maybe, does not find these arguments.
+            std::memset(base + slot * slot_bytes, 0, bytes);
+        }
         std::lock_guard lock(mutex);
-        if (!alive) return;
-        // The next call's kernel, another client's maybe, does not find these arguments.
-        std::memset(base + slot * slot_bytes, 0, bytes);
         taken[slot] = false;
     }
 };
@@ -56,8 +63,8 @@ Result<std::unique_ptr<ArgsLanding>> ArgsLanding::create(SandboxArena& arena, st
 
 ArgsLanding::~ArgsLanding() {
     {
-        std::lock_guard lock(state_->mutex);
-        state_->alive = false; // a slot let go from now on is not touched
+        std::unique_lock ending(state_->life); // after any wipe under way
+        state_->alive = false;                 // a slot let go from now on is not touched
     }
     arena_.release_region(state_->base, state_->taken.size() * state_->slot_bytes);
 }

@@ -35,8 +35,8 @@ public:
     ArgsLanding& operator=(const ArgsLanding&) = delete;
 
     /// A free slot's first `bytes` bytes, held until the Landing's `keep` is let go (then
-    /// wiped); nullopt when none is free or `bytes` exceeds a slot. Any thread; never blocks
-    /// on anything but its own short lock.
+    /// wiped); nullopt when none is free or `bytes` exceeds a slot. Any thread; it waits for
+    /// nothing but a short lock (a slot's wipe is done outside it).
     std::optional<Landing> take(std::size_t bytes);
 
     /// Arguments that landed (counted once taken), for stats.
