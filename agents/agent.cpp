@@ -122,8 +122,12 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     hooks.on_bad_message = [raw](ucp_ep_h ep, std::uint64_t id, const Error& e) { raw->on_bad_message(ep, id, e); };
     hooks.on_ep_error = [raw](ucp_ep_h ep, const Error& e) { raw->on_ep_error(ep, e); };
     hooks.on_conn_request = [raw](ucp_conn_request_h r) { raw->on_conn_request(r); };
+    // A plain RUN's arguments only: a window's, a group's and a GPU launch's are read elsewhere.
     if (auto* landing = impl->args_landing.get())
-        hooks.land_args = [landing](std::size_t bytes) { return landing->take(bytes); };
+        hooks.land_args = [landing](const wire::Header& h, std::size_t bytes) -> std::optional<Landing> {
+            if (h.type != wire::Type::run || h.flags != 0) return std::nullopt;
+            return landing->take(bytes);
+        };
     if (config.kernel_timeout.count() > 0) {
         hooks.on_watch = [] { check_kernel_budgets(); };
         hooks.watch_needed = [] { return kernels_running(); };

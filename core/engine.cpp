@@ -80,6 +80,17 @@ socklen_t sockaddr_len(const sockaddr_storage& s) {
     return s.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
 }
 
+// A payload made of three parts, copied as it is made (no zero-fill first): a split message's
+// prefix, data and suffix, or (empty data) the fields around landed arguments.
+std::vector<std::byte> laid_out(std::span<const std::byte> a, std::span<const std::byte> b, std::span<const std::byte> c) {
+    std::vector<std::byte> out;
+    out.reserve(a.size() + b.size() + c.size());
+    out.insert(out.end(), a.begin(), a.end());
+    out.insert(out.end(), b.begin(), b.end());
+    out.insert(out.end(), c.begin(), c.end());
+    return out;
+}
+
 } // namespace
 
 Error endpoint_failure(ucs_status_t status) {
@@ -291,38 +302,25 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
             self->bad_.push_back({ep, hdr->request_id, std::move(hold.error())});
             return UCS_OK;
         }
-        const auto* bytes = static_cast<const std::byte*>(data);
-        // A plain RUN's split-off arguments land where the owner says, when it says; the
-        // payload then holds its other fields.
+        const std::span<const std::byte> bytes(static_cast<const std::byte*>(data), length);
+        // A split message's data lands where the owner says, when it says; the payload then
+        // holds the parts around it.
         std::optional<Landing> landing;
-        if (!am->prefix.empty() && hdr->type == wire::Type::run && hdr->flags == 0 && self->hooks_.land_args)
-            if (landing = self->hooks_.land_args(length); landing && landing->at.size() < length) landing.reset();
+        if (!am->prefix.empty() && self->hooks_.land_args)
+            if (landing = self->hooks_.land_args(*hdr, length); landing && landing->at.size() < length) landing.reset();
         auto landed = [&] {
-            std::vector<std::byte> fields;
-            fields.reserve(am->prefix.size() + am->suffix.size());
-            fields.insert(fields.end(), am->prefix.begin(), am->prefix.end());
-            fields.insert(fields.end(), am->suffix.begin(), am->suffix.end());
-            Incoming in{ep, *hdr, std::move(fields), std::move(*hold)};
+            Incoming in{ep, *hdr, laid_out(am->prefix, {}, am->suffix), std::move(*hold)};
             in.outside = {landing->at.first(length), am->prefix.size()};
             in.outside_keep = std::move(landing->keep);
             return in;
         };
         if (eager && landing) {
-            std::memcpy(landing->at.data(), bytes, length);
+            std::memcpy(landing->at.data(), bytes.data(), length);
             self->arrived_.push_back(landed());
             return UCS_OK;
         }
-        if (eager) { // (copied as it is made: no zero-fill first)
-            std::vector<std::byte> payload;
-            if (am->prefix.empty() && am->suffix.empty()) {
-                payload.assign(bytes, bytes + length);
-            } else {
-                payload.reserve(whole);
-                payload.insert(payload.end(), am->prefix.begin(), am->prefix.end());
-                payload.insert(payload.end(), bytes, bytes + length);
-                payload.insert(payload.end(), am->suffix.begin(), am->suffix.end());
-            }
-            self->arrived_.push_back(Incoming{ep, *hdr, std::move(payload), std::move(*hold)});
+        if (eager) {
+            self->arrived_.push_back(Incoming{ep, *hdr, laid_out(am->prefix, bytes, am->suffix), std::move(*hold)});
             return UCS_OK;
         }
         // Rendezvous: start the receive now, into `at`; the message is queued when it lands.
@@ -362,13 +360,8 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
 
 void Incoming::join_outside() {
     if (!outside_keep) return;
-    std::vector<std::byte> whole;
-    whole.reserve(payload.size() + outside.bytes.size());
-    const auto cut = payload.begin() + static_cast<std::ptrdiff_t>(outside.at);
-    whole.insert(whole.end(), payload.begin(), cut);
-    whole.insert(whole.end(), outside.bytes.begin(), outside.bytes.end());
-    whole.insert(whole.end(), cut, payload.end());
-    payload = std::move(whole);
+    const std::span<const std::byte> fields(payload);
+    payload = laid_out(fields.first(outside.at), outside.bytes, fields.subspan(outside.at));
     outside = {};
     outside_keep.reset();
 }

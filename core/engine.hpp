@@ -78,7 +78,7 @@ struct Incoming {
     /// The sender's share of EngineOptions::inflight while this message is held: whoever keeps
     /// the payload past on_message keeps this with it.
     Hold hold;
-    /// A RUN whose arguments landed where EngineHooks::land_args said: `payload` holds its other
+    /// A split message whose data landed where EngineHooks::land_args said (a RUN's arguments): `payload` holds its other
     /// fields, and the arguments belong at byte `outside.at` of it (wire::decode_run reads
     /// them so). `outside_keep` holds their memory. Empty for every other message.
     wire::OutsideArgs outside;
@@ -105,12 +105,13 @@ struct EngineHooks {
     /// Whether on_watch has anything to watch now (a kernel running). When false, the engine's
     /// thread sleeps deeply while a guest leads; wake_watch() ends that sleep.
     std::function<bool()> watch_needed;
-    /// Where the arguments of a split RUN (no flags) arriving by rendezvous may land instead of
-    /// a receive buffer: `bytes` of them; nullopt: in the payload, as any message. Called
+    /// Where the data of a split message (a RUN's arguments, core/wire_split.hpp) with this
+    /// header may land instead of the payload: `bytes` of it, received there by rendezvous or
+    /// copied there from an eager message; nullopt: in the payload, as any message. Called
     /// inside UCX's AM callback, on whichever thread progresses: thread-safe, and never calling
-    /// into the engine. An agent lands them in its sandbox arena, where a kernel reads them
-    /// without a copy (agents/args_landing.hpp).
-    std::function<std::optional<Landing>(std::size_t bytes)> land_args;
+    /// into the engine. An agent lands plain RUNs' arguments in its sandbox arena, where a
+    /// kernel reads them without a copy (agents/args_landing.hpp).
+    std::function<std::optional<Landing>(const wire::Header& header, std::size_t bytes)> land_args;
 };
 
 /// Whether shared memory can get huge pages on this host, as the kernel is set: e.g.
