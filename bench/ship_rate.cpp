@@ -7,7 +7,8 @@
 //   group rate     the same calls as groups (Client::ship_each: `group` calls in one RUN, answered
 //                  by one RESULT, each call its own run and answer), two groups in flight
 //   bulk args      1 MiB arguments to `xor_bytes` (reads them all, answers 8 bytes)
-//   bulk result    8-byte arguments to `make_bytes`, which answers 1 MiB
+//   bulk result    8-byte arguments to `make_bytes`, which answers 1 MiB; each result, checked,
+//                  is handed back (Client::recycle) to receive a later one (--no-recycle: not)
 //   bulk floor     ucx_perftest ucp_am_bw with 1 MiB messages
 // The agent is a real xagent process started here on loopback.
 
@@ -120,7 +121,8 @@ double group_rate(Client& client, const Target& target, std::size_t calls, std::
 
 // Bytes per second moved by `calls` bulk calls, `in_flight` at a time: a sliding window (a new
 // call goes out as soon as the oldest is answered), as ucx_perftest keeps its window of sends.
-double bulk_rate(Client& client, const Target& target, std::size_t calls, std::size_t bytes, bool as_args, std::size_t in_flight) {
+double bulk_rate(Client& client, const Target& target, std::size_t calls, std::size_t bytes, bool as_args, std::size_t in_flight,
+                 bool recycle) {
     Bytes payload(bytes);
     std::uint64_t x = 0;
     for (std::size_t i = 0; i < bytes / 8; ++i) {
@@ -140,6 +142,9 @@ double bulk_rate(Client& client, const Target& target, std::size_t calls, std::s
             must(got == x, "xor_bytes answered a wrong checksum: arguments arrived corrupted");
         } else {
             must(r->size() == bytes && (*r)[bytes - 1] == std::byte((bytes - 1) & 0xff), "make_bytes answered wrong bytes");
+            // Its buffer receives a later result (Client::recycle), as ucx_perftest receives
+            // into one buffer again and again; else each result is a new, zero-filled vector.
+            if (recycle) client.recycle(std::move(*r));
         }
     };
     std::deque<Future> window;
@@ -184,16 +189,22 @@ int main(int argc, char** argv) {
     bool no_window = false;
     options.flag("--no-bulk-window", no_window,
                  "same-host bulk data by UCX alone (ClientOptions::bulk_window off), to compare with the window");
+    bool no_recycle = false;
+    options.flag("--no-recycle", no_recycle,
+                 "each 1 MiB result a new vector (zero-filled, then received into), not one handed back (Client::recycle)");
     if (auto status = options.parse(argc, argv)) return *status;
+    const bool recycle = !no_recycle;
     if (quick) {
         cfg.calls = 20000;
         cfg.bulk_calls = 100;
         cfg.rounds = 3;
     }
     fmt::print("ship_rate: {} | progress {} for client and agent | agent: 1 worker | window {} calls | groups of {} | bulk {} bytes, {} in "
-               "flight (sliding window) | {} rounds per row, median | loopback, unpinned | same-host bulk window {}\n\n",
+               "flight (sliding window) | {} rounds per row, median | loopback, unpinned | same-host bulk window {} | results "
+               "{}\n\n",
                bench::cpu_description(), cfg.progress, cfg.window, cfg.group, cfg.bulk_bytes, cfg.bulk_in_flight, cfg.rounds,
-               no_window ? "off (UCX alone)" : "on where the agent gives one");
+               no_window ? "off (UCX alone)" : "on where the agent gives one",
+               recycle ? "handed back for reuse (Client::recycle)" : "each a new vector");
     fmt::print("{:<5} {:<40} {:>14} {:>14} {:>8}\n", "tl", "measure", "bitship", "ucx_perftest", "ratio");
 
     std::vector<bench::Row> rows;
@@ -220,15 +231,15 @@ int main(int argc, char** argv) {
             // Code on the agent and every path warm before anything is timed.
             call_rate(*client, *target, cfg.window * 20, cfg.window);
             group_rate(*client, *target, cfg.group * 8, cfg.group);
-            bulk_rate(*client, *target, 8, cfg.bulk_bytes, true, cfg.bulk_in_flight);
-            bulk_rate(*client, *target, 8, cfg.bulk_bytes, false, cfg.bulk_in_flight);
+            bulk_rate(*client, *target, 8, cfg.bulk_bytes, true, cfg.bulk_in_flight, recycle);
+            bulk_rate(*client, *target, 8, cfg.bulk_bytes, false, cfg.bulk_in_flight, recycle);
 
             std::vector<double> rates, group_rates, args_bw, result_bw;
             for (int r = 0; r < cfg.rounds; ++r) {
                 rates.push_back(call_rate(*client, *target, cfg.calls, cfg.window));
                 group_rates.push_back(group_rate(*client, *target, cfg.calls * 4, cfg.group));
-                args_bw.push_back(bulk_rate(*client, *target, cfg.bulk_calls, cfg.bulk_bytes, true, cfg.bulk_in_flight) / kMiB);
-                result_bw.push_back(bulk_rate(*client, *target, cfg.bulk_calls, cfg.bulk_bytes, false, cfg.bulk_in_flight) / kMiB);
+                args_bw.push_back(bulk_rate(*client, *target, cfg.bulk_calls, cfg.bulk_bytes, true, cfg.bulk_in_flight, recycle) / kMiB);
+                result_bw.push_back(bulk_rate(*client, *target, cfg.bulk_calls, cfg.bulk_bytes, false, cfg.bulk_in_flight, recycle) / kMiB);
             }
             double rate = median_of(rates), grate = median_of(group_rates), abw = median_of(args_bw), rbw = median_of(result_bw);
             double floor_msgs = rate_floor ? rate_floor->message_rate : 0;

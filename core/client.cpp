@@ -261,7 +261,12 @@ ClientStats Client::stats() const {
     s.completed_by_waiter = impl_->progress->completed_by_waiter.load();
     s.completed_by_background = impl_->progress->completed_by_background.load();
     s.core_moves = impl_->engine->core_moves();
+    s.receive_buffers_reused = impl_->engine->receive_buffers()->reused();
     return s;
+}
+
+void Client::recycle(Bytes&& buffer) {
+    impl_->engine->receive_buffers()->give_back(std::move(buffer));
 }
 
 Result<RemoteRegion> Client::region(const Target& target, std::string_view name) {
