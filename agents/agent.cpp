@@ -77,10 +77,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     if (!sandbox) return tl::make_unexpected(sandbox.error());
     impl->sandbox = std::move(*sandbox);
     if (auto* arena = impl->sandbox->arena()) {
-        // A slot for each thread that runs kernels (4 to 16), 64 MiB of them at most.
         const std::size_t slot = std::max<std::size_t>(config.limits.max_args, 1);
-        const std::size_t slots = std::min<std::size_t>(std::clamp<std::size_t>(sc.threads, 4, 16), (64u << 20) / slot);
-        if (slots > 0) {
+        if (const auto slots = ArgsLanding::slots_for(sc.threads, slot); slots > 0) {
             auto landing = ArgsLanding::create(*arena, slots, slot);
             if (landing)
                 impl->args_landing = std::move(*landing);

@@ -2,7 +2,7 @@
 
 #include <sys/mman.h>
 
-#include <atomic>
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -25,7 +25,6 @@ struct ArgsLanding::State {
     // a wipe (a pass over up to a slot) never holds up take().
     std::shared_mutex life;
     bool alive = true; // false once the landing (and its memory) is gone
-    std::atomic<std::uint64_t> landed{0};
 
     void give_back(std::size_t slot, std::size_t bytes) noexcept {
         {
@@ -86,11 +85,14 @@ std::optional<Landing> ArgsLanding::take(std::size_t bytes) {
     } catch (const std::bad_alloc&) { // (the deleter is called when the control block cannot be had)
         return std::nullopt;
     }
-    s.landed.fetch_add(1, std::memory_order_relaxed);
     return Landing{std::span(at, bytes), std::move(keep)};
 }
 
-std::uint64_t ArgsLanding::landed() const noexcept { return state_->landed.load(std::memory_order_relaxed); }
+std::size_t ArgsLanding::slots_for(std::size_t kernel_threads, std::size_t slot_bytes) noexcept {
+    constexpr std::size_t kMaxBytes = std::size_t{64} << 20;
+    return std::min(std::clamp<std::size_t>(kernel_threads, 4, 16), kMaxBytes / std::max<std::size_t>(slot_bytes, 1));
+}
+
 std::size_t ArgsLanding::slots() const noexcept { return state_->taken.size(); }
 std::size_t ArgsLanding::slot_bytes() const noexcept { return state_->slot_bytes; }
 

@@ -30,6 +30,9 @@ public:
     /// `slots` slots of `slot_bytes` each (rounded up to whole pages), in a region of `arena`
     /// (which must outlive this).
     static Result<std::unique_ptr<ArgsLanding>> create(SandboxArena& arena, std::size_t slots, std::size_t slot_bytes);
+    /// How many slots of `slot_bytes` an agent keeps for `kernel_threads` threads that run
+    /// kernels: one each, 4 to 16, and 64 MiB of them at most (0: slots that large don't fit).
+    static std::size_t slots_for(std::size_t kernel_threads, std::size_t slot_bytes) noexcept;
     ~ArgsLanding();
     ArgsLanding(const ArgsLanding&) = delete;
     ArgsLanding& operator=(const ArgsLanding&) = delete;
@@ -39,8 +42,6 @@ public:
     /// nothing but a short lock (a slot's wipe is done outside it).
     std::optional<Landing> take(std::size_t bytes);
 
-    /// Arguments that landed (counted once taken), for stats.
-    [[nodiscard]] std::uint64_t landed() const noexcept;
     [[nodiscard]] std::size_t slots() const noexcept;
     [[nodiscard]] std::size_t slot_bytes() const noexcept;
 

@@ -57,7 +57,6 @@ TEST_CASE("landing slots lie in the arena, are taken once each, and come back wi
     CHECK(a->at.data() != b->at.data());
     CHECK(reinterpret_cast<std::uintptr_t>(a->at.data()) % 4096 == 0);
     CHECK_FALSE(l.take(10));       // both slots taken
-    CHECK(l.landed() == 2);
 
     std::memset(a->at.data(), 0xab, a->at.size());
     auto* where = a->at.data();
@@ -92,6 +91,17 @@ TEST_CASE("a landing the arena has no room for is refused, naming why", "[unit]"
     CHECK(landing.error().code == bitship::Errc::too_large);
     CHECK_THAT(landing.error().message, Catch::Contains("region"));
     CHECK_FALSE(ArgsLanding::create(*arena, 0, kSlot));
+}
+
+TEST_CASE("an agent keeps a landing slot per kernel thread: 4 to 16 of them and 64 MiB at most", "[unit]") {
+    constexpr std::size_t kMiB = std::size_t{1} << 20;
+    CHECK(ArgsLanding::slots_for(3, kMiB) == 4);    // a 1-worker agent: its worker and leader, and calls queued
+    CHECK(ArgsLanding::slots_for(10, kMiB) == 10);
+    CHECK(ArgsLanding::slots_for(130, kMiB) == 16);
+    CHECK(ArgsLanding::slots_for(10, 16 * kMiB) == 4); // --max-args 16 MiB: 64 MiB in 4
+    CHECK(ArgsLanding::slots_for(10, 48 * kMiB) == 1);
+    CHECK(ArgsLanding::slots_for(10, 65 * kMiB) == 0); // none that large: the old way
+    CHECK(ArgsLanding::slots_for(0, 0) == 4);
 }
 
 } // namespace args_landing_test_cpp
