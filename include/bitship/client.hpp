@@ -259,8 +259,8 @@ struct ClientStats {
     /// Times a thread progressing this client moved to another core because it shared its
     /// core with another polling thread (the agent's, on the same host).
     std::uint64_t core_moves = 0;
-    /// Large answers received into a buffer kept for reuse (one given back by recycle(), or a
-    /// message buffer this client let go) instead of a new, zero-filled one.
+    /// Large answers received into a buffer handed back by recycle() instead of a new,
+    /// zero-filled one.
     std::uint64_t receive_buffers_reused = 0;
 };
 
@@ -452,12 +452,12 @@ public:
 
     [[nodiscard]] ClientStats stats() const;
 
-    /// Hands back a result (or any Bytes) the caller is done with: a later large answer (one
-    /// that comes by rendezvous, 8 KiB or more) is received into it instead of into a new
+    /// Hands back a result (or any Bytes of 8 KiB or more) the caller is done with: a later
+    /// large answer (one UCX delivers by rendezvous) is received into it instead of into a new
     /// vector, which std::vector zero-fills before the message is written over it (a pass over
-    /// every byte: 1 MiB costs about as much as receiving it from shared memory). For a caller
-    /// that takes many large results. Its contents are overwritten before anyone reads them.
-    /// Kept within a bound (16 buffers, 64 MiB in all); beyond it, or under a sanitizer's
+    /// every byte: 5% of all samples of bench/ship_rate's TCP bulk rows). For a caller that
+    /// takes many large results. Its contents are overwritten before anyone reads them. Kept
+    /// within a bound (16 buffers, 64 MiB in all); beyond it, or under a sanitizer's
     /// allocator, the buffer is freed. Any thread.
     void recycle(Bytes&& buffer);
 
