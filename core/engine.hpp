@@ -78,9 +78,10 @@ struct Incoming {
     /// The sender's share of EngineOptions::inflight while this message is held: whoever keeps
     /// the payload past on_message keeps this with it.
     Hold hold;
-    /// A split message whose data landed where EngineHooks::land_args said (a RUN's arguments): `payload` holds its other
-    /// fields, and the arguments belong at byte `outside.at` of it (wire::decode_run reads
-    /// them so). `outside_keep` holds their memory. Empty for every other message.
+    /// A split message whose data landed where EngineHooks::land_args said (a RUN's
+    /// arguments): `payload` holds its other fields, and the arguments belong at byte
+    /// `outside.at` of it (wire::decode_run reads them so). `outside_keep` holds their memory.
+    /// Empty for every other message.
     wire::OutsideArgs outside;
     std::shared_ptr<void> outside_keep;
     /// Puts landed arguments back into the payload (for a reader that wants one payload).
