@@ -6,6 +6,8 @@
 //                       the agent's own split of the compile; once with the compile in a
 //                       bitship-compiler process (the default), once in the agent's own
 //                       process (--compiler=in-process), and their ratio
+//   ping by another     a second client's PINGs to a fresh agent while it compiles a first
+//   client              call (the default compiler process): answered meanwhile, or held up
 // The agents are real xagent processes started here on loopback. With --agent-arch aarch64
 // they are the aarch64 cross build run by qemu-user: EMULATED figures, which measure qemu on
 // this machine, not a DPU, and are not comparable with native ones.
@@ -302,6 +304,33 @@ int main(int argc, char** argv) {
                 fmt::print("{:<5} {:<28} {:>10.2f}   (round trip, transfer, dispatch, run)\n", tl, "  of which the rest",
                            cold_s.median - accounted);
                 rows.push_back(cold_row);
+            }
+            // Another client's pings while an agent compiles a first call (the default compiler
+            // process): does the agent keep answering others meanwhile, or do they wait for it?
+            {
+                std::vector<double> during;
+                for (int i = 0; i < cfg.cold_reps; ++i) {
+                    launch::AgentProcess agent(program, tl, agent_args(cfg));
+                    auto client = make_client(*transport, cfg);
+                    auto bystander = make_client(*transport, cfg);
+                    auto target = client.connect(agent.address());
+                    auto other = bystander.connect(agent.address());
+                    if (!target || !other) throw std::runtime_error((target ? other : target).error().describe());
+                    Bytes eight(8);
+                    for (int w = 0; w < 20; ++w) must(bystander.ping(*other, eight).get(), "ping");
+                    auto first = client.ship(bench_kernels::empty, *target, arg);
+                    while (!first.ready()) {
+                        auto t = Clock::now();
+                        must(bystander.ping(*other, eight).get(), "ping during a compile");
+                        during.push_back(us_since(t));
+                    }
+                    must(std::move(first).get(), "cold ship");
+                }
+                auto s = bench::summarise(during);
+                print(tl, "ping by another client", s);
+                fmt::print("{:<5} {:<28} {:>10}   (pings while a cold ship compiled, all {} reps together)\n", tl, "", s.n,
+                           cfg.cold_reps);
+                rows.push_back({labels(tl, "ping_during_cold_ship"), s, {}});
             }
             const double ratio = medians[0].median / medians[1].median;
             const double ratio_p99 = medians[0].p99 / medians[1].p99;

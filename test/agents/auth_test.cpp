@@ -22,6 +22,7 @@
 #include <behaviour_kernels.hpp>
 #include <trust_kernels.hpp>
 
+#include "core/signing.hpp"
 #include "core/wire.hpp"
 #include "launcher.hpp"
 #include "raw_peer.hpp"
@@ -325,6 +326,43 @@ TEST_CASE("code signed by an author the agent does not authorize is refused, eve
     CHECK(c["compiles"] == 0);
     CHECK(c["unauthorized"] >= 2);
     agent_still_serves(transport, agent); // the same code, signed by an authorized author, runs
+}
+
+TEST_CASE("new code whose signature does not verify is refused though its author is authorized, and never runs", "[integration]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO("transport " << transport);
+    AgentProcess agent(transport);
+    RawPeer raw(transport, agent.port()); // an authorized session
+    auto bundle = behaviour_kernels::bundle();
+    auto view = BundleView::parse(bundle);
+    REQUIRE(view);
+    auto slice = view->find_slice("x86_64-unknown-linux-gnu"); // behaviour_kernels' one CPU slice
+    REQUIRE(slice);
+    auto code = extract_slice(*view, *slice);
+    const std::uint64_t args[2] = {1, 2};
+    wire::Run run;
+    run.hash = view->slices[*slice].hash;
+    run.entry = "add";
+    run.code = code;
+    run.args = std::as_bytes(std::span(args));
+    auto author = Identity::load(launch::test_keys().secret); // an authorized author ...
+    REQUIRE(author);
+    auto forged = signing::sign_code(*author, run.hash);
+    forged[7] ^= 0x40; // ... whose signature is not its own
+    run.signatures = {{run.hash, author->public_key(), forged}};
+    raw.send(wire::encode_run(31, run));
+    auto [code31, message31] = raw.error_for(31);
+    CHECK(code31 == Errc::unauthorized);
+    CHECK_THAT(message31, Catch::Contains("does not verify"));
+
+    agent_still_serves(transport, agent); // the same code, rightly signed, runs
+    auto client = make_client(transport);
+    auto t = client.connect(agent.address());
+    REQUIRE(t);
+    auto c = counters(client, *t);
+    CHECK(c["unauthorized"] == 1);
+    CHECK(c["results"] == 1);  // the refused call never ran ...
+    CHECK(c["compiles"] == 1); // ... nor was compiled: the code was, once, for the call that ran
 }
 
 TEST_CASE("forwarded code keeps its author's signature, so the next agent checks the author, not the forwarder",
