@@ -6,8 +6,9 @@
 //                       the agent's own split of the compile; once with the compile in a
 //                       bitship-compiler process (the default), once in the agent's own
 //                       process (--compiler=in-process), and their ratio
-//   ping by another     a second client's PINGs to a fresh agent while it compiles a first
-//   client              call (the default compiler process): answered meanwhile, or held up
+//   ping by another     a second client's PINGs to a fresh agent from a first call's start
+//   client              until its caller holds the answer (the default compiler process): the
+//                       tier-0 compile, and on two cores the start of the tier-1 one behind it
 // The agents are real xagent processes started here on loopback. With --agent-arch aarch64
 // they are the aarch64 cross build run by qemu-user: EMULATED figures, which measure qemu on
 // this machine, not a DPU, and are not comparable with native ones.
@@ -305,8 +306,8 @@ int main(int argc, char** argv) {
                            cold_s.median - accounted);
                 rows.push_back(cold_row);
             }
-            // Another client's pings while an agent compiles a first call (the default compiler
-            // process): does the agent keep answering others meanwhile, or do they wait for it?
+            // Another client's pings from a first call's start until its caller has the answer
+            // (the default compiler process): does the agent keep answering others meanwhile?
             {
                 std::vector<double> during;
                 for (int i = 0; i < cfg.cold_reps; ++i) {
@@ -328,7 +329,7 @@ int main(int argc, char** argv) {
                 }
                 auto s = bench::summarise(during);
                 print(tl, "ping by another client", s);
-                fmt::print("{:<5} {:<28} {:>10}   (pings while a cold ship compiled, all {} reps together)\n", tl, "", s.n,
+                fmt::print("{:<5} {:<28} {:>10}   (pings from a cold ship's start until its answer was in, all {} reps together)\n", tl, "", s.n,
                            cfg.cold_reps);
                 rows.push_back({labels(tl, "ping_during_cold_ship"), s, {}});
             }
