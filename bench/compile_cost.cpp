@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
 
     std::vector<bench::Row> rows;
     for (const auto& mode : sandboxes) {
+        std::vector<double> medians; // this mode's rows, back to back first
         const auto sandbox = mode == "sfi" ? jit::Sandbox::sfi : jit::Sandbox::none;
         auto compiler = jit::InProcessCompiler::create(allowed, 2, sandbox);
         if (!compiler) {
@@ -125,6 +126,7 @@ int main(int argc, char** argv) {
                                      : plan.gap == Gap::asleep ? fmt::format("after {} ms asleep", plan.ms)
                                                                : fmt::format("after {} ms busy", plan.ms);
             auto total = bench::summarise(s.total);
+            medians.push_back(total.median);
             auto median = [](const std::vector<double>& v) { return bench::summarise(v).median; };
             fmt::print("{:<5} {:<20} {:>10.1f} {:>10.1f} {:>10.1f} | {:>8.1f} {:>8.1f} {:>8.1f} {:>8.1f}\n", mode, name,
                        total.median, total.p99, total.min, median(s.verify), median(s.parse), median(s.optimise),
@@ -136,10 +138,8 @@ int main(int argc, char** argv) {
                                        {"optimise_median_us", median(s.optimise)},
                                        {"codegen_median_us", median(s.codegen)}}});
         }
-        const double hot = rows[rows.size() - plans.size()].summary.median;
         fmt::print("{:<5} after a spell / back to back, medians:", mode);
-        for (std::size_t i = 1; i < plans.size(); ++i)
-            fmt::print(" {}", fmt::format("{:.2f}", rows[rows.size() - plans.size() + i].summary.median / hot));
+        for (std::size_t i = 1; i < medians.size(); ++i) fmt::print(" {:.2f}", medians[i] / medians[0]);
         fmt::print("\n\n");
     }
     if (!csv.empty()) bench::write_csv(csv, rows);

@@ -329,8 +329,9 @@ int main(int argc, char** argv) {
                 }
                 auto s = bench::summarise(during);
                 print(tl, "ping by another client", s);
-                fmt::print("{:<5} {:<28} {:>10}   (pings from a cold ship's start until its answer was in, all {} reps together)\n", tl, "", s.n,
-                           cfg.cold_reps);
+                fmt::print("{:<5} {:<28} {:>10}   (pings from a cold ship's start until its answer was in, all {} reps "
+                           "together)\n",
+                           tl, "", s.n, cfg.cold_reps);
                 rows.push_back({labels(tl, "ping_during_cold_ship"), s, {}});
             }
             const double ratio = medians[0].median / medians[1].median;
