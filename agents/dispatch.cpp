@@ -117,6 +117,10 @@ void Agent::Impl::start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<c
     // Compiling takes milliseconds: it runs as a job, never while progressing UCX. The call's
     // entry goes with it: a first compile makes that kernel alone (Jit::compile).
     bool queued = pool->submit([this, r, whole, held = std::move(held)] {
+        // This worker most likely led progress until it took the job: without a hand-over,
+        // nobody would progress until the engine's thread looked again (Engine::kDeepWait), and
+        // every other client's message (a ping, a cached call) would wait out the compile.
+        engine->hand_over();
         auto code = held                   ? jit->compile(held->bundle(), r->run.hash, r->run.entry)
                     : !r->run.code.empty() ? jit->compile(r->run.code, r->run.hash, r->run.entry)
                                            : jit->load(r->run.hash);

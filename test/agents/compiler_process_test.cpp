@@ -36,9 +36,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-Client make_client() {
+Client make_client(Transport transport = Transport::tcp) {
     ClientOptions o;
-    o.transport = Transport::tcp;
+    o.transport = transport;
     o.loopback_only = true;
     // Past the compiler's wall-clock deadline (its CPU limit + 30 s), so a loaded machine shows
     // the compiler's own error rather than the client's timeout.
@@ -261,6 +261,44 @@ TEST_CASE("a compiler killed from outside mid-compile fails that call only, and 
     auto after = children_of(agent.pid());
     REQUIRE(after.size() == 1);
     CHECK(after[0] != before[0]);
+}
+
+TEST_CASE("while a worker waits for a compile the agent answers other clients", "[integration]") {
+    // The worker that led progress took the compile job: it hands progress to the engine's
+    // thread as it starts (Engine::hand_over). Over either transport, another client's pings
+    // and a cached call (run by the other worker) are answered while the compile is under way.
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO(transport);
+    AgentProcess agent(with_test_faults(), transport,
+                       {"--workers", "2", "--compiler-processes", "1", "--compiler-cpu-s", "2", "--jit-tiers", "1"});
+    const auto kind = transport == "shm" ? Transport::shm : Transport::tcp;
+    auto client = make_client(kind);
+    auto bystander = make_client(kind);
+    auto target = client.connect(agent.address());
+    auto other = bystander.connect(agent.address());
+    REQUIRE(target);
+    REQUIRE(other);
+    REQUIRE(bystander.ship(behaviour_kernels::add, *other, std::uint64_t{3}, std::uint64_t{4}).get_as<std::uint64_t>() ==
+            std::uint64_t{7});
+    const auto compilers = children_of(agent.pid());
+    REQUIRE(compilers.size() == 1);
+    auto compiling = ship_fault(client, *target, "spin", 20);
+    // Mid-compile once the compiler is seen spinning (0.2 s of its 2 s CPU limit).
+    for (int i = 0; i < 1000 && cpu_ticks(compilers[0]) < 20; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(cpu_ticks(compilers[0]) >= 20);
+    for (int i = 0; i < 5; ++i) {
+        auto pong = bystander.ping(*other).get();
+        INFO(agent.log());
+        REQUIRE(pong);
+    }
+    auto cached = bystander.ship(behaviour_kernels::add, *other, std::uint64_t{5}, std::uint64_t{6}).get_as<std::uint64_t>();
+    REQUIRE(cached);
+    CHECK(*cached == 11);
+    CHECK_FALSE(compiling.ready()); // all of it answered before the compile ended
+    auto r = compiling.get();
+    INFO(agent.log());
+    REQUIRE_FALSE(r);
+    CHECK_THAT(r.error().message, Catch::Contains("CPU limit"));
 }
 
 TEST_CASE("compiles queued behind a compiler that dies run on its replacement and succeed", "[integration]") {
