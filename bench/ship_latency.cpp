@@ -218,6 +218,15 @@ int main(int argc, char** argv) {
                 print(tl, "raw AM round trip (8 B)", ping_s);
                 print(tl, "cached ship (empty, 8 B)", cached_s);
                 print(tl, fmt::format("ping with {} B (code size)", code_bytes), transfer);
+                // A caller that polls ready() instead of waiting: it progresses the client itself.
+                auto polled = bench::summarise(time_calls(10, std::max(cfg.reps / 10, 20), [&] {
+                    auto f = client.ship(bench_kernels::empty, *target, arg);
+                    while (!f.ready()) {
+                    }
+                    must(f.get(), "polled ship");
+                }));
+                print(tl, "cached ship, ready() polled", polled);
+                rows.push_back({labels(tl, "cached_ship_polled"), polled, {}});
                 {
                     // Polling threads that moved off a core they shared with their peer (core_sharing.hpp).
                     auto agent_stats = client.agent_stats(*target);

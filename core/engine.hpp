@@ -175,6 +175,11 @@ public:
     /// Runs `fn` holding the progress token (as a guest), unless another guest leads: then
     /// returns false and the caller post()s instead. For a caller's own submit.
     bool try_progress_once(FunctionRef<void()> fn);
+    /// A poller's turn (Future::ready): one pass of progress when nobody holds the token (who
+    /// does progresses already), and none when the calling thread holds it (a hook, a join
+    /// callback). Without it, a result nobody waits for waits for the engine's thread, which
+    /// looks within kDeepWait while callers come and go. Any thread; never blocks.
+    void poll_once();
     /// Sleeps until a leader completes something, leaves, or a short bound passes.
     void wait_for_handoff(FunctionRef<bool()> done, Clock::time_point until);
     /// Wakes callers in wait_for_handoff (a completion they may be waiting for); costs one

@@ -190,6 +190,15 @@ bool Engine::try_progress_once(FunctionRef<void()> fn) {
     return ran;
 }
 
+void Engine::poll_once() {
+    if (ProgressToken::held_here()) return;
+    // Only when nobody holds the token: whoever does (a waiting caller, or the engine's thread)
+    // progresses already. Not counted as a guest, so the engine's thread, which may be asleep on
+    // the event fd without the token, never goes into its deep wait for a poller.
+    std::unique_lock token(token_, std::try_to_lock);
+    if (token.owns_lock()) iterate();
+}
+
 void Engine::leader_left() {
     // Others waiting for a result that this leader was not waiting for may lead now.
     if (handoff_sleepers_.load(std::memory_order_seq_cst) == 0) return;

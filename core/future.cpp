@@ -15,7 +15,23 @@ namespace {
 constexpr auto kLeadSlice = std::chrono::milliseconds(100);
 } // namespace
 
-bool Future::ready() const noexcept { return state_ && state_->done.load(std::memory_order_acquire); }
+bool Future::ready() const noexcept {
+    if (!state_) return false;
+    auto& s = *state_;
+    if (s.done.load(std::memory_order_acquire)) return true;
+    // The poller progresses, as a waiter does: nobody else may (the engine's thread looks only
+    // within Engine::kDeepWait while callers come and go). The client's teardown holds the
+    // mutex exclusively: then there is nothing to progress.
+    {
+        std::shared_lock alive(s.progress->mutex, std::try_to_lock);
+        if (alive.owns_lock() && s.progress->engine) {
+            detail::t_waiter_leads = true; // what it completes counts as the caller's
+            s.progress->engine->poll_once();
+            detail::t_waiter_leads = false;
+        }
+    }
+    return s.done.load(std::memory_order_acquire);
+}
 
 bool Future::wait_for(std::chrono::nanoseconds timeout) const {
     if (!state_) return true;

@@ -1,9 +1,10 @@
 #pragma once
 // The engine's progress token (Engine::token_): a mutex whose holder may touch the UCX worker
-// and the engine's queues. Code that relies on holding it (the agent's counts written with a
-// load and a store, agents/held_count.hpp) asks held_here() in an assertion: in builds with
-// assertions each thread counts the tokens it holds; without them the count is not kept and
-// held_here() is not meant to be called. Private to bitship (core, agents).
+// and the engine's queues. Each thread counts the tokens it holds (a thread-local add, next to
+// the lock's own atomic): held_here() lets code that relies on holding one (the agent's counts
+// written with a load and a store, agents/held_count.hpp) assert it, and a poller that may be
+// called from inside a hook (Future::ready, Engine::poll_once) see that it already progresses.
+// Private to bitship (core, agents).
 
 #include <mutex>
 
@@ -25,21 +26,12 @@ public:
         mutex_.unlock();
     }
 
-#ifndef NDEBUG
     /// Whether the calling thread holds a progress token (any engine's).
-    [[nodiscard]] static bool held_here() noexcept {
-        return held_ > 0;
-    }
+    [[nodiscard]] static bool held_here() noexcept { return held_ > 0; }
 
 private:
-    static void note(int by) noexcept {
-        held_ += by;
-    }
+    static void note(int by) noexcept { held_ += by; }
     static inline thread_local int held_ = 0;
-#else
-private:
-    static void note(int) noexcept {}
-#endif
     std::mutex mutex_;
 };
 

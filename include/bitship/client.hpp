@@ -168,7 +168,8 @@ class Future {
 public:
     friend class Batch;
     Future() = default;
-    /// Whether the result is in.
+    /// Whether the result is in. Polls: if it is not, the calling thread progresses the
+    /// client once (a pass of UCX progress, microseconds), unless another thread leads.
     [[nodiscard]] bool ready() const noexcept;
     /// Waits up to `timeout`; true when the result is in.
     bool wait_for(std::chrono::nanoseconds timeout) const;
@@ -252,8 +253,8 @@ struct ClientStats {
     std::uint64_t busy_resends = 0;       ///< calls sent again after an agent refused them as busy
     std::uint64_t reconnects = 0;
     std::uint64_t stray_replies = 0;      ///< answers for calls already answered (should be 0)
-    /// Calls completed by a thread that was leading progress while it waited on a Future
-    /// (caller-driven progress), and by the background progress thread.
+    /// Calls completed by a thread that progressed while it waited on a Future or polled its
+    /// ready() (caller-driven progress), and by the background progress thread.
     std::uint64_t completed_by_waiter = 0;
     std::uint64_t completed_by_background = 0;
     /// Times a thread progressing this client moved to another core because it shared its

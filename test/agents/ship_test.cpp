@@ -429,6 +429,35 @@ TEST_CASE("a caller waiting on its future receives its result itself, leading pr
     }
 }
 
+TEST_CASE("a caller polling ready() progresses itself: its calls complete without waiting for the background thread",
+          "[integration]") {
+    // Nobody waits on these futures: before, only the background thread could complete them,
+    // and it looked only every Engine::kDeepWait (50 ms) while the caller came and went.
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO("transport " << transport);
+    AgentProcess agent(transport);
+    auto client = make_client(transport);
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    REQUIRE(client.ship(behaviour_kernels::add, *target, std::uint64_t{1}, std::uint64_t{1}).get()); // code sent
+    const auto before = client.stats();
+    constexpr int kCalls = 200;
+    for (int i = 0; i < kCalls; ++i) {
+        auto f = client.ship(behaviour_kernels::add, *target, std::uint64_t(i), std::uint64_t{1});
+        while (!f.ready()) {
+        }
+        auto r = f.get_as<std::uint64_t>();
+        REQUIRE(r);
+        REQUIRE(*r == std::uint64_t(i) + 1);
+    }
+    const auto after = client.stats();
+    const auto by_poller = after.completed_by_waiter - before.completed_by_waiter;
+    const auto by_background = after.completed_by_background - before.completed_by_background;
+    INFO(by_poller << " completed by the polling caller, " << by_background << " by the background thread");
+    CHECK(by_poller + by_background == kCalls);
+    CHECK(by_poller > by_background);
+}
+
 TEST_CASE("ship_chain: dependent calls come back here between them, and any failure ends the walk with it", "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     INFO("transport " << transport);
