@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The concurrency tests under ThreadSanitizer (clang-19, preset tsan): every JIT test (tier swaps
 # under concurrent calls, concurrent first compiles, eviction), and the agent tests where
-# threads meet: several callers waiting and leading progress in turn, a long kernel handing
+# threads meet: several callers waiting and leading progress in turn, a caller polling ready()
+# (progressing beside the client's own thread), a long kernel handing
 # progress to the engine's thread (and the pool's workers' answers gathered for it), concurrent first calls to one bundle, eviction under calls;
 # the in-flight ledger's holds, let go on many threads; the progress token passed between threads;
 # GPU region reads sent from the GPU process's window, whose read slots the engine's thread
@@ -30,6 +31,7 @@ build-tsan/test/core/core_tsan_test --warn NoTests || status=1
 for t in "4 client threads x 1000 ships*" \
          "a caller waiting on its future receives its result itself*" \
          "several threads waiting at once*" \
+         "a caller polling ready() progresses itself*" \
          "a kernel whose last run was long has the engine's thread progress from its start*" \
          "first calls to three kernels of one bundle*" \
          "an agent with --cache-mib serves many distinct kernels*" \
