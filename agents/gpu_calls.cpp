@@ -124,6 +124,7 @@ void Agent::Impl::on_gpu_run(std::shared_ptr<RunRequest> r) {
     // PTX is made where CPU code is compiled (a confined compiler process by default), then
     // the driver loads it: milliseconds, on a worker.
     bool queued = pool->submit([this, r, &gpu, device = launch.device] {
+        engine->hand_over(); // as a CPU compile (dispatch.cpp): others are answered meanwhile
         auto began = Clock::now();
         auto ptx = jit->compile_ptx(r->run.code, r->run.hash, gpu.info().sm);
         auto compiled = Clock::now();
