@@ -169,7 +169,10 @@ public:
     friend class Batch;
     Future() = default;
     /// Whether the result is in. Polls: if it is not, the calling thread progresses the
-    /// client once (a pass of UCX progress, microseconds), unless another thread leads.
+    /// client once (a pass of UCX progress, microseconds), unless another thread leads. Call it
+    /// now and then while computing between ship() and get(), as one calls MPI_Test: over TCP
+    /// large arguments move only while this process progresses, and the background thread
+    /// looks only every few tens of milliseconds while callers come and go.
     [[nodiscard]] bool ready() const noexcept;
     /// Waits up to `timeout`; true when the result is in.
     bool wait_for(std::chrono::nanoseconds timeout) const;
