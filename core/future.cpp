@@ -22,7 +22,7 @@ bool Future::ready() const noexcept {
     // The poller progresses, as a waiter does: nobody else may (the engine's thread looks only
     // within Engine::kDeepWait while callers come and go). The client's teardown holds the
     // mutex exclusively: then there is nothing to progress.
-    {
+    if (s.progress) {
         std::shared_lock alive(s.progress->mutex, std::try_to_lock);
         if (alive.owns_lock() && s.progress->engine) {
             detail::t_waiter_leads = true; // what it completes counts as the caller's
