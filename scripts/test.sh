@@ -35,8 +35,8 @@ ctest --preset default -L aarch64
 # Tests that could not run say why (no binfmt_misc for aarch64 here, say): show it.
 grep -h '^SKIPPED:' build/Testing/Temporary/LastTest.log 2>/dev/null | sort -u || true
 
-stage "fuzz the decoders (${BITSHIP_FUZZ_SECONDS:-15} s each)"
-bash scripts/fuzz.sh "${BITSHIP_FUZZ_SECONDS:-15}"
+stage "fuzz the decoders (${BITSHIP_FUZZ_SECONDS:-10} s each)"
+bash scripts/fuzz.sh "${BITSHIP_FUZZ_SECONDS:-10}"
 
 stage "the concurrency tests under ThreadSanitizer"
 bash scripts/tsan.sh
