@@ -298,6 +298,7 @@ TEST_CASE("while a worker waits for a compile the agent answers other clients", 
     auto r = compiling.get();
     INFO(agent.log());
     REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::compile_failed);
     CHECK_THAT(r.error().message, Catch::Contains("CPU limit"));
 }
 
