@@ -271,9 +271,8 @@ TEST_CASE("while a worker waits for a compile the agent answers other clients", 
     INFO(transport);
     AgentProcess agent(with_test_faults(), transport,
                        {"--workers", "2", "--compiler-processes", "1", "--compiler-cpu-s", "2", "--jit-tiers", "1"});
-    const auto kind = transport == "shm" ? Transport::shm : Transport::tcp;
-    auto client = make_client(kind);
-    auto bystander = make_client(kind);
+    auto client = make_client(*parse_transport(transport));
+    auto bystander = make_client(*parse_transport(transport));
     auto target = client.connect(agent.address());
     auto other = bystander.connect(agent.address());
     REQUIRE(target);
