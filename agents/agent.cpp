@@ -147,6 +147,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     // 2. Workers: an idle one leads progress unless the operator said no.
     unsigned workers = config.workers ? config.workers : impl->topology.cores;
     impl->pool = std::make_unique<WorkerPool>(workers, config.worker_spin, config.workers_lead ? impl->engine.get() : nullptr);
+    impl->compile_pool = std::make_unique<WorkerPool>(std::max(1u, config.compiler.processes), std::chrono::microseconds{0});
 
     // 4. Regions from the command line, before anyone can connect; the GPUs and their regions.
     for (const auto& [name, size] : config.regions) {
@@ -176,6 +177,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     // Its rate is measured here (1 ms), not on the first call.
     spdlog::debug("xagent: kernel runs timed by {}", CycleClock::uses_tsc() ? "the time-stamp counter" : "steady_clock");
     impl->pool->start();
+    impl->compile_pool->start();
     impl->engine->start();
     return std::unique_ptr<Agent>(new Agent(std::move(impl)));
 }
@@ -189,6 +191,9 @@ void Agent::stop() {
         for (auto& gpu : impl->gpus) gpu->abort();
     });
     if (!left.empty()) spdlog::info("{} queued jobs dropped at shutdown", left.size());
+    // A compile under way finishes (its calls are then answered shutting_down, as the queued
+    // ones are below).
+    impl_->compile_pool->stop();
     impl_->engine->post([impl = impl_.get()] {
         Error why{Errc::shutting_down, "agent is shutting down"};
         for (auto* map : {&impl->compiling, &impl->completing}) {

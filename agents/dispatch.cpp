@@ -114,13 +114,11 @@ void Agent::Impl::start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<c
     auto [waiting, first] = waiting_for(whole).try_emplace(hash);
     waiting->second.push_back(r);
     if (!first) return; // it runs on the code of the compile under way
-    // Compiling takes milliseconds: it runs as a job, never while progressing UCX. The call's
-    // entry goes with it: a first compile makes that kernel alone (Jit::compile).
-    bool queued = pool->submit([this, r, whole, held = std::move(held)] {
-        // This worker most likely led progress until it took the job: without a hand-over,
-        // nobody would progress until the engine's thread looked again (Engine::kDeepWait), and
-        // every other client's message (a ping, a cached call) would wait out the compile.
-        engine->hand_over();
+    // Compiling takes milliseconds: it runs on a compile thread, never while progressing UCX nor
+    // on a worker that runs kernels (whoever leads progress goes on leading, and a cached call
+    // meanwhile runs at once). The call's entry goes with it: a first compile makes that kernel
+    // alone (Jit::compile).
+    bool queued = compile_pool->submit([this, r, whole, held = std::move(held)] {
         auto code = held                   ? jit->compile(held->bundle(), r->run.hash, r->run.entry)
                     : !r->run.code.empty() ? jit->compile(r->run.code, r->run.hash, r->run.entry)
                                            : jit->load(r->run.hash);

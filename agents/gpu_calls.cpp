@@ -122,9 +122,8 @@ void Agent::Impl::on_gpu_run(std::shared_ptr<RunRequest> r) {
     }
     gpu_compiling[key].push_back(r);
     // PTX is made where CPU code is compiled (a confined compiler process by default), then
-    // the driver loads it: milliseconds, on a worker.
-    bool queued = pool->submit([this, r, &gpu, device = launch.device] {
-        engine->hand_over(); // as a CPU compile (dispatch.cpp): others are answered meanwhile
+    // the driver loads it: milliseconds, on a compile thread (as a CPU compile: dispatch.cpp).
+    bool queued = compile_pool->submit([this, r, &gpu, device = launch.device] {
         auto began = Clock::now();
         auto ptx = jit->compile_ptx(r->run.code, r->run.hash, gpu.info().sm);
         auto compiled = Clock::now();

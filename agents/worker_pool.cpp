@@ -5,10 +5,11 @@
 namespace bitship::agent {
 
 namespace {
-thread_local bool t_leading = false; // this worker is progressing the engine right now
+// The pool whose worker this thread is, while it progresses the engine; else null.
+thread_local const WorkerPool* t_leading = nullptr;
 } // namespace
 
-bool WorkerPool::on_leading_worker() noexcept { return t_leading; }
+bool WorkerPool::on_leading_worker() noexcept { return t_leading != nullptr; }
 
 WorkerPool::WorkerPool(unsigned threads, std::chrono::microseconds spin, Engine* engine)
     : count_(std::max(1u, threads)), spin_(spin), engine_(engine) {}
@@ -36,8 +37,9 @@ bool WorkerPool::submit(std::function<void()> job) {
         if (stopping_) return false;
         queue_.push_back(std::move(job));
         queued_.fetch_add(1, std::memory_order_release);
-        // A leading worker queued this itself and will run it: wake nobody for it.
-        wake = sleepers_ > 0 && !(t_leading && queue_.size() == 1);
+        // A leading worker of this pool queued this itself and will run it: wake nobody for it
+        // (a job for another pool, a compile the leader queues, wakes one of that pool).
+        wake = sleepers_ > 0 && !(t_leading == this && queue_.size() == 1);
     }
     if (wake) cv_.notify_one();
     return true;
@@ -96,11 +98,11 @@ void WorkerPool::run() {
         }
         // Idle: lead progress if nobody does, until a job shows up (most likely one we queued).
         if (engine_ && !leading_.exchange(true)) {
-            t_leading = true;
+            t_leading = this;
             engine_->lead_until([this] {
                 return queued_.load(std::memory_order_acquire) > 0 || stop_flag_.load(std::memory_order_relaxed);
             });
-            t_leading = false;
+            t_leading = nullptr;
             leading_.store(false);
             continue;
         }
