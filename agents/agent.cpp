@@ -184,6 +184,8 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
 
 void Agent::stop() {
     if (!impl_ || impl_->stopped.exchange(true)) return;
+    // A compile under way ends now (shutting_down): a hostile slice may take its whole CPU limit.
+    impl_->jit->stop_compiles();
     // Running kernels get a moment to finish (WorkerPool::kStopGrace); past it they are stopped,
     // the GPU ones by the end of their GPU process, so a kernel that never returns (no kernel
     // timeout) cannot hold the agent's exit. Queued ones are answered.
@@ -191,8 +193,8 @@ void Agent::stop() {
         for (auto& gpu : impl->gpus) gpu->abort();
     });
     if (!left.empty()) spdlog::info("{} queued jobs dropped at shutdown", left.size());
-    // A compile under way finishes (its calls are then answered shutting_down, as the queued
-    // ones are below).
+    // The compile jobs under way end (stop_compiles above), their calls answered shutting_down
+    // (as the queued ones are below).
     impl_->compile_pool->stop();
     impl_->engine->post([impl = impl_.get()] {
         Error why{Errc::shutting_down, "agent is shutting down"};

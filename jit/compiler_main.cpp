@@ -10,8 +10,9 @@
 //   3. READY, then COMPILE → COMPILED (object code) or PTX_COMPILED (PTX), or FAILED, one at a
 //      time, until the agent closes the socket.
 //
-// The agent sets this process's CPU-time limit before each COMPILE and its address-space limit
-// after READY (prlimit), and watches the wall clock. Whatever stops this process (a signal, a
+// The agent watches this process's CPU time during each COMPILE, sets its address-space limit
+// after READY (prlimit), and watches the wall clock; this process ends itself when that agent
+// is gone (watch_for_agent_end). Whatever stops this process (a signal, a
 // limit, LLVM's fatal error) becomes an error for the one call being compiled.
 //
 // Test hook: with BITSHIP_COMPILER_TEST_FAULTS=1 in the environment, a bundle one of whose
@@ -19,11 +20,13 @@
 // compiling it: segv, abort, spin (burns CPU), burn (0.4 s of CPU, then compiles on), alloc
 // (exhausts memory), syscall (a forbidden system call), fatal (LLVM's fatal error). Integration tests use it; agents never set it.
 #include <sys/resource.h>
+#include <sys/time.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,6 +48,7 @@ namespace {
 
 constexpr int kExitFatal = 70;       // EX_SOFTWARE: LLVM's fatal error
 constexpr int kExitOutOfMemory = 71; // out of memory (the agent's address-space limit)
+constexpr int kExitOrphaned = 72;    // its agent is gone (watch_for_agent_end)
 constexpr int kExitProtocol = 76;    // EX_PROTOCOL: the agent said something we cannot use
 constexpr std::size_t kMessageBytes = 900;
 constexpr std::string_view kFaultPrefix = "bitship_test_fault_";
@@ -130,6 +134,28 @@ void misbehave(const std::string& kind) {
 
 bool send(const std::vector<std::byte>& payload) { return proto::write_frame(proto::kCompilerFd, payload).has_value(); }
 
+pid_t g_agent = 0; ///< the agent that started this process
+
+void on_cpu_second(int) {
+    if (::getppid() != g_agent) ::_exit(kExitOrphaned);
+}
+
+/// An idle compiler learns of its agent's end from its socket (end of file). A busy one (LLVM
+/// spinning on hostile bitcode) reads nothing, and the agent that enforced its limits is gone:
+/// without this it would burn a core for ever. After each second of this process's user CPU
+/// (ITIMER_VIRTUAL: an idle process gets no signal, so no wake-up), SIGVTALRM checks that the
+/// parent is still the agent; a process whose parent died is given to another.
+void watch_for_agent_end() {
+    g_agent = ::getppid();
+    struct sigaction on_second {};
+    on_second.sa_handler = on_cpu_second;
+    on_second.sa_flags = SA_RESTART;
+    sigemptyset(&on_second.sa_mask);
+    const itimerval every_second{{1, 0}, {1, 0}};
+    if (::sigaction(SIGVTALRM, &on_second, nullptr) != 0 || ::setitimer(ITIMER_VIRTUAL, &every_second, nullptr) != 0)
+        std::fprintf(stderr, "bitship-compiler: cannot watch for its agent's end: %s\n", std::strerror(errno));
+}
+
 } // namespace
 
 /// In sanitizer builds: a fault in LLVM ends this process by its signal (as in a plain build, so
@@ -145,6 +171,7 @@ int main(int argc, char** argv) {
                      proto::kCompilerFd, argv[1]);
         return 2;
     }
+    watch_for_agent_end();
     // A crash leaves no core file behind: the agent reports it.
     rlimit no_core{0, 0};
     (void)::setrlimit(RLIMIT_CORE, &no_core);

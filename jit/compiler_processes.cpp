@@ -97,6 +97,7 @@ struct CompilerProcesses::State {
     std::vector<std::byte> hello; // the same for every process
     mutable std::mutex mutex;
     std::condition_variable freed;
+    std::atomic<bool> stopping{false}; ///< stop_compiles(): no compile starts, those under way end
     std::vector<CompilerProcess> slots;
     std::vector<bool> busy;
     std::uint64_t next_id = 1;
@@ -178,8 +179,8 @@ struct CompilerProcesses::State {
     }
 
     /// Waits for `p` to say something (or close its socket), or for `deadline`; false once it
-    /// has used its CPU limit since `cpu_at_start`, looked at every kCpuPoll. Polls without
-    /// sleeping for the first `spin`.
+    /// has used its CPU limit since `cpu_at_start`, or once `stopping` is set, looked at every
+    /// kCpuPoll. Polls without sleeping for the first `spin`.
     bool await_reply(const CompilerProcess& p, std::chrono::nanoseconds cpu_at_start, Clock::time_point deadline,
                      Clock::duration spin) {
         for (const auto until = Clock::now() + spin; spin > Clock::duration::zero();) {
@@ -195,6 +196,7 @@ struct CompilerProcesses::State {
             if (left.count() <= 0) return true; // read_frame reports the wall clock
             const int n = ::poll(&ready, 1, static_cast<int>(std::min(left, kCpuPoll).count()));
             if (n != 0 && !(n < 0 && errno == EINTR)) return true; // readable, closed, or an error read_frame names
+            if (stopping.load(std::memory_order_relaxed)) return false;
             auto used = cpu_used(p.pid);
             if (used && *used - cpu_at_start >= options.cpu_limit) return false;
         }
@@ -204,10 +206,11 @@ struct CompilerProcesses::State {
         if (p.pid >= 0) (void)reap(p);
     }
 
-    /// Index of a free slot, now marked busy (waits while all are busy).
-    std::size_t acquire() {
+    /// Index of a free slot, now marked busy (waits while all are busy); nullopt once `stopping`.
+    std::optional<std::size_t> acquire() {
         std::unique_lock lock(mutex);
         for (;;) {
+            if (stopping.load(std::memory_order_relaxed)) return std::nullopt;
             for (std::size_t i = 0; i < slots.size(); ++i)
                 if (!busy[i]) {
                     busy[i] = true;
@@ -294,7 +297,9 @@ Result<Made> exchange(CompilerProcesses::State& st, std::span<const std::byte> b
     const std::string hex = to_hex(expected, kHashDigitsInMessages);
     if (bundle.size() > proto::kMaxRequestFrame - 64)
         return fail(Errc::too_large, fmt::format("slice {}: a bundle of {} bytes is more than a compiler takes", hex, bundle.size()));
-    const std::size_t slot = st.acquire();
+    const auto acquired = st.acquire();
+    if (!acquired) return fail(Errc::shutting_down, fmt::format("slice {} is not compiled: the agent is shutting down", hex));
+    const std::size_t slot = *acquired;
     struct Release {
         CompilerProcesses::State& st;
         std::size_t slot;
@@ -334,6 +339,8 @@ Result<Made> exchange(CompilerProcesses::State& st, std::span<const std::byte> b
     };
     if (cpu_at_start && !st.await_reply(p, *cpu_at_start, deadline, spin)) {
         (void)st.reap(p, cpu_at_start, true);
+        if (st.stopping.load(std::memory_order_relaxed)) // stop_compiles(): not the slice's doing
+            return fail(Errc::shutting_down, fmt::format("the compile of slice {} was stopped: the agent is shutting down", hex));
         return died(fmt::format("compiler exceeded its {} s CPU limit", st.options.cpu_limit.count()));
     }
     auto frame = proto::read_frame(p.fd, proto::kMaxReplyFrame, deadline);
@@ -405,6 +412,14 @@ Result<CompiledPtx> CompilerProcesses::compile_ptx(std::span<const std::byte> bu
             if (reply->made.slice_bundle.size() > bundle.size()) return {std::nullopt, "a slice larger than the bundle"};
             return {std::move(reply->made), {}};
         });
+}
+
+void CompilerProcesses::stop_compiles() {
+    {
+        std::lock_guard lock(state_->mutex); // an acquire() between its check and its wait sees it
+        state_->stopping.store(true);
+    }
+    state_->freed.notify_all();
 }
 
 } // namespace bitship::jit

@@ -61,6 +61,7 @@ public:
     Result<CompiledObject> compile(std::span<const std::byte> bundle, const CodeHash& expected, Tier tier,
                                    std::string_view only = {}) override;
     Result<CompiledPtx> compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected, unsigned sm) override;
+    void stop_compiles() override;
 
     struct State;
 

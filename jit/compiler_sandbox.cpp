@@ -44,7 +44,7 @@ Result<void> confine_compiler(int fd) {
     for (int call : {SCMP_SYS(munmap), SCMP_SYS(mremap), SCMP_SYS(brk), SCMP_SYS(madvise), SCMP_SYS(futex),
                      SCMP_SYS(clock_gettime), SCMP_SYS(clock_getres), SCMP_SYS(gettimeofday), SCMP_SYS(exit),
                      SCMP_SYS(exit_group), SCMP_SYS(rt_sigreturn), SCMP_SYS(rt_sigprocmask), SCMP_SYS(getpid),
-                     SCMP_SYS(gettid)})
+                     SCMP_SYS(gettid), SCMP_SYS(getppid), SCMP_SYS(restart_syscall)})
         allow(call);
     allow(SCMP_SYS(tgkill), SCMP_A0(SCMP_CMP_EQ, self));
     // glibc's qsort asks sysinfo for the machine's physical memory the first time it sorts

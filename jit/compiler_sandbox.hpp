@@ -8,7 +8,9 @@
 //   mmap, mprotect  never with PROT_EXEC; munmap, mremap, brk, madvise: the allocator
 //   futex           libstdc++'s one-time initialisers (the process has one thread)
 //   clock_gettime, clock_getres, gettimeofday: stage timings (usually the vDSO, no call at all)
-//   exit, exit_group, rt_sigreturn
+//   exit, exit_group, rt_sigreturn, restart_syscall
+//   getppid         each second of CPU, whether the agent is still there (compiler_main.cpp:
+//                   watch_for_agent_end)
 //   rt_sigprocmask, getpid, gettid, tgkill (this process only): what abort() does, so an LLVM
 //                   abort is reported as SIGABRT rather than as a seccomp kill; sigaltstack
 //                   only to ask (the sanitizers' runtimes ask on their way out)

@@ -86,7 +86,8 @@ class JitImpl final : public Jit {
 public:
     JitImpl(std::shared_ptr<Engine> engine, std::unique_ptr<CodeCache> cache, std::shared_ptr<ObjectCompiler> compiler,
             std::string libdevice, const JitOptions& options)
-        : engine_(std::move(engine)), cache_(std::move(cache)), ptx_(std::move(compiler), *cache_, std::move(libdevice)),
+        : engine_(std::move(engine)), cache_(std::move(cache)), compiler_(compiler),
+          ptx_(std::move(compiler), *cache_, std::move(libdevice)),
           tiers_(options.tiers),
           key_(ObjectKey::of_this_host(options.opt_level, options.sandbox)) {
         if (tiers_ > 1) tier_up_ = std::make_unique<TierUp>();
@@ -138,6 +139,7 @@ public:
     }
 
     Result<void> warm_up() override { return engine_->warm_up(); }
+    void stop_compiles() override { compiler_->stop_compiles(); }
 
     void preload(std::size_t max_objects) override {
         if (!cache_->has_dir() || max_objects == 0) return;
@@ -332,6 +334,7 @@ private:
 
     std::shared_ptr<Engine> engine_; // declared before cache_: cached code unloads through it
     std::unique_ptr<CodeCache> cache_;
+    std::shared_ptr<ObjectCompiler> compiler_; // the Engine's and ptx_'s: for stop_compiles()
     PtxCache ptx_; // after cache_, which it keeps PTX files in
     std::atomic<bool> stopping_{false};
     std::atomic<std::uint64_t> preloaded_{0};

@@ -269,6 +269,11 @@ public:
     virtual void preload(std::size_t max_objects) = 0;
     /// Objects linked by preload() so far.
     [[nodiscard]] virtual std::uint64_t preloaded() const = 0;
+
+    /// For an agent that stops: compiles under way in compiler processes (calls' and tier-ups')
+    /// end within ~20 ms with shutting_down, and every later compile fails so at once; a compile
+    /// in the agent's own process (CompilerMode::in_process) runs to its end. For good.
+    virtual void stop_compiles() = 0;
 };
 
 } // namespace bitship::jit

@@ -67,6 +67,12 @@ public:
     /// libdevice is needed and this compiler has none), plus compile_failed naming what stopped
     /// a compiler process. Thread-safe.
     virtual Result<CompiledPtx> compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected, unsigned sm) = 0;
+
+    /// For an owner that stops: compiles under way end within a moment with shutting_down (their
+    /// compiler processes are killed), and later ones fail so at once. A compile in this process
+    /// (InProcessCompiler) cannot be cut short: it runs to its end, and this does nothing.
+    /// Thread-safe; for good.
+    virtual void stop_compiles() {}
 };
 
 } // namespace bitship::jit

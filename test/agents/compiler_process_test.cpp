@@ -343,4 +343,54 @@ TEST_CASE("an agent compiling in its own process (--compiler=in-process) ships a
     CHECK(children_of(agent.pid()).empty());
 }
 
+TEST_CASE("an agent stopped during a compile exits at once and answers the call shutting_down", "[integration]") {
+    // A hostile slice may spin for its whole CPU limit (10 s by default): SIGTERM does not wait
+    // for it. (The launcher kills an agent still there 5 s after the signal: status SIGKILL.)
+    AgentProcess agent(with_test_faults(), "tcp", {"--compiler-processes", "1", "--jit-tiers", "1"});
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    const auto compilers = children_of(agent.pid());
+    REQUIRE(compilers.size() == 1);
+    auto compiling = ship_fault(client, *target, "spin", 18);
+    for (int i = 0; i < 1000 && cpu_ticks(compilers[0]) < 20; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(cpu_ticks(compilers[0]) >= 20);
+    const int status = agent.stop(SIGTERM);
+    INFO(agent.log());
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    auto r = compiling.get();
+    REQUIRE_FALSE(r);
+    CHECK(r.error().code == Errc::shutting_down);
+    CHECK_THAT(r.error().message, Catch::Contains("shutting down"));
+}
+
+TEST_CASE("a compiler whose agent is killed mid-compile ends itself instead of burning a core", "[integration]") {
+    // The agent that watched the compile's CPU limit is gone (SIGKILL: no stop_compiles, and
+    // the compiler, spinning, never reads the end of its socket).
+    AgentProcess agent(with_test_faults(), "tcp", {"--compiler-processes", "1", "--jit-tiers", "1"});
+    auto client = make_client();
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    const auto compilers = children_of(agent.pid());
+    REQUIRE(compilers.size() == 1);
+    auto compiling = ship_fault(client, *target, "spin", 17);
+    for (int i = 0; i < 1000 && cpu_ticks(compilers[0]) < 20; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(cpu_ticks(compilers[0]) >= 20);
+    agent.stop(SIGKILL);
+    // Gone, or a zombie whose new parent has not reaped it: either way it runs no more. Within
+    // a second of its CPU; 30 s of waiting only bounds a failing run.
+    auto ended = [pid = compilers[0]] {
+        std::ifstream in(fmt::format("/proc/{}/stat", pid));
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        auto close = text.rfind(')');
+        return close == std::string::npos || text.substr(close + 2, 1) == "Z";
+    };
+    for (int i = 0; i < 3000 && !ended(); ++i) std::this_thread::sleep_for(10ms);
+    const bool gone = ended();
+    if (!gone) ::kill(compilers[0], SIGKILL); // not left spinning after a failed run
+    CHECK(gone);
+    CHECK_FALSE(compiling.get()); // the call fails (the agent is gone), and does not hang
+}
+
 }  // namespace compiler_process_test_cpp
