@@ -176,7 +176,7 @@ struct Agent::Impl {
     std::vector<std::unique_ptr<GpuProcess>> gpus;
     std::string cuda_summary; ///< the driver and its GPUs, or why there are none (INFO, errors)
     std::unique_ptr<WorkerPool> pool;
-    /// Compiles (CPU code and PTX): threads of their own, one per compile that may run at once,
+    /// Compiles of CPU code (PTX: gpu_calls.cpp): threads of their own, one per compile that may run at once,
     /// so that a compile's milliseconds (mostly a wait for the compiler process) never hold a
     /// worker that runs kernels. With one worker, a cached call would wait out every compile.
     std::unique_ptr<WorkerPool> compile_pool;

@@ -122,8 +122,14 @@ void Agent::Impl::on_gpu_run(std::shared_ptr<RunRequest> r) {
     }
     gpu_compiling[key].push_back(r);
     // PTX is made where CPU code is compiled (a confined compiler process by default), then
-    // the driver loads it: milliseconds, on a compile thread (as a CPU compile: dispatch.cpp).
-    bool queued = compile_pool->submit([this, r, &gpu, device = launch.device] {
+    // the driver loads it: milliseconds, on a worker. Not on a compile thread, as CPU code is
+    // (dispatch.cpp): with --gpu-modules below the modules in use, a load unloads another
+    // module that calls were routed to, and in the workers' one queue those calls' launches
+    // come before a later load; on a thread of its own the load overtook them more than once
+    // (an ASan run failed a call so). Holding a routed call's module until it is launched
+    // would lift this.
+    bool queued = pool->submit([this, r, &gpu, device = launch.device] {
+        engine->hand_over(); // others are answered while this worker waits for the compile
         auto began = Clock::now();
         auto ptx = jit->compile_ptx(r->run.code, r->run.hash, gpu.info().sm);
         auto compiled = Clock::now();

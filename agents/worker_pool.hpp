@@ -1,6 +1,7 @@
 #pragma once
-// The threads kernels run on, never inside a UCX callback. (The agent's compiles run on a pool
-// of their own, made without an engine: its threads only run jobs.)
+// The threads kernels (and a GPU call's first compile) run on, never inside a UCX callback. (The
+// agent's CPU compiles run on a pool of their own, made without an engine: its threads only run
+// jobs.)
 //
 // Leader/follower: one idle worker takes over UCX progress from the engine's thread
 // (Engine::lead_until). A RUN it decodes queues a job that this same worker then runs, after

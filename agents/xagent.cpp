@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
     app.add_option("--worker-spin-us", worker_spin_us, "microseconds an idle worker polls before sleeping")->capture_default_str();
     app.add_flag("--no-worker-progress", no_worker_progress,
                  "idle workers never take over progress: every call then wakes a worker from the progress thread");
-    app.add_option("--workers", config.workers, "threads that run kernels (0: one per core; compiles have threads of their own, one per --compiler-processes)")
+    app.add_option("--workers", config.workers, "threads that run kernels (0: one per core; CPU code compiles on threads of its own, one per --compiler-processes)")
         ->capture_default_str()->envname("BITSHIP_WORKERS");
     app.add_option("--cache-dir", cache_dir, "keep compiled code here across restarts (default: memory only)")
         ->envname("BITSHIP_CACHE_DIR");

@@ -192,6 +192,12 @@ public:
     /// messages that arrive meanwhile (an emulated GET, a ping, the next RUN to queue) wait
     /// a wake-up instead of the whole kernel. One wake-up, worth it only for a long kernel.
     void run_released(FunctionRef<void()> fn, bool hand_over = false);
+    /// The calling thread, which led progress as a guest (its lead_until returned), goes on to
+    /// something that takes milliseconds and is not a kernel (a GPU call's first compile): the
+    /// engine's thread takes progress over now instead of within kDeepWait, so what arrives
+    /// meanwhile (a ping, another client's cached call) is answered, not held up. A lock and a
+    /// notify; any thread. Another guest leading by then keeps the token.
+    void hand_over() noexcept;
     /// Something to watch began (a kernel started): the engine's thread, if in a deep sleep,
     /// resumes its kTakeover watch. One atomic load when it is not asleep. Any thread.
     void wake_watch() noexcept;

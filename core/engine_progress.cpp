@@ -253,6 +253,14 @@ void Engine::wake_watch() noexcept {
     guest_cv_.notify_all();
 }
 
+void Engine::hand_over() noexcept {
+    // The engine's thread waits on guest_cv_ while a guest leads; woken with none left (guests_
+    // is 0), it takes the token. Its deep waits check guests_ before they begin (under this
+    // lock): a hand-over just before one is not lost.
+    std::lock_guard lock(guest_mutex_);
+    guest_cv_.notify_all();
+}
+
 void Engine::notify_waiters() {
     if (handoff_sleepers_.load(std::memory_order_seq_cst) == 0) return;
     std::lock_guard lock(handoff_mutex_);

@@ -291,7 +291,10 @@ private:
         if (auto held = cache_->tier_of(hash); !held || *held >= static_cast<unsigned>(Tier::optimised)) return;
         auto built = build(slice, hash, Tier::optimised, from_disk);
         if (!built) {
-            spdlog::warn("jit: tier 1 of {} failed, tier 0 keeps serving: {}", hex, built.error().describe());
+            if (built.error().code == Errc::shutting_down) // stop_compiles(): the agent stops
+                spdlog::info("jit: tier 1 of {} not made: {}", hex, built.error().message);
+            else
+                spdlog::warn("jit: tier 1 of {} failed, tier 0 keeps serving: {}", hex, built.error().describe());
             return;
         }
         const bool swapped = cache_->upgrade(built->code);
