@@ -126,6 +126,21 @@ long cpu_ticks(pid_t pid) {
     return utime + stime;
 }
 
+/// A compile under way for as long as a test needs: fault "spin" of variant `variant`, shipped
+/// to an agent with one compiler process, once that process is seen spinning (0.2 s of CPU).
+struct SpinningCompile {
+    pid_t compiler;
+    Future call;
+};
+SpinningCompile spin_the_compiler(const AgentProcess& agent, Client& client, const Target& target, int variant) {
+    const auto compilers = children_of(agent.pid());
+    REQUIRE(compilers.size() == 1);
+    auto call = ship_fault(client, target, "spin", variant);
+    for (int i = 0; i < 1000 && cpu_ticks(compilers[0]) < 20; ++i) std::this_thread::sleep_for(10ms);
+    REQUIRE(cpu_ticks(compilers[0]) >= 20);
+    return {compilers[0], std::move(call)};
+}
+
 } // namespace
 
 TEST_CASE("a compiler that crashes, aborts or hits LLVM's fatal error fails only that call, naming what happened",
@@ -281,12 +296,7 @@ TEST_CASE("while a compile is under way the agent answers other clients even wit
     REQUIRE(other);
     REQUIRE(bystander.ship(behaviour_kernels::add, *other, std::uint64_t{3}, std::uint64_t{4}).get_as<std::uint64_t>() ==
             std::uint64_t{7});
-    const auto compilers = children_of(agent.pid());
-    REQUIRE(compilers.size() == 1);
-    auto compiling = ship_fault(client, *target, "spin", 20);
-    // Mid-compile once the compiler is seen spinning (0.2 s of its 2 s CPU limit).
-    for (int i = 0; i < 1000 && cpu_ticks(compilers[0]) < 20; ++i) std::this_thread::sleep_for(10ms);
-    REQUIRE(cpu_ticks(compilers[0]) >= 20);
+    auto [compiler, compiling] = spin_the_compiler(agent, client, *target, 20); // 0.2 s of its 2 s limit
     for (int i = 0; i < 5; ++i) {
         auto pong = bystander.ping(*other).get();
         INFO(agent.log());
@@ -297,7 +307,7 @@ TEST_CASE("while a compile is under way the agent answers other clients even wit
     CHECK(*cached == 11);
     // All of it answered before the compile ended: its compiler is still there and under its
     // limit (once over it, the agent kills it, and a process gone reads 0).
-    const long spun = cpu_ticks(compilers[0]);
+    const long spun = cpu_ticks(compiler);
     INFO("the compiler's CPU time as the cached call was answered: " << spun << " ticks of " << 2 * sysconf(_SC_CLK_TCK));
     CHECK(spun >= 20);
     CHECK(spun < 2 * sysconf(_SC_CLK_TCK));
@@ -350,11 +360,7 @@ TEST_CASE("an agent stopped during a compile exits at once and answers the call 
     auto client = make_client();
     auto target = client.connect(agent.address());
     REQUIRE(target);
-    const auto compilers = children_of(agent.pid());
-    REQUIRE(compilers.size() == 1);
-    auto compiling = ship_fault(client, *target, "spin", 18);
-    for (int i = 0; i < 1000 && cpu_ticks(compilers[0]) < 20; ++i) std::this_thread::sleep_for(10ms);
-    REQUIRE(cpu_ticks(compilers[0]) >= 20);
+    auto compiling = spin_the_compiler(agent, client, *target, 18).call;
     const int status = agent.stop(SIGTERM);
     INFO(agent.log());
     CHECK(WIFEXITED(status));
@@ -372,15 +378,11 @@ TEST_CASE("a compiler whose agent is killed mid-compile ends itself instead of b
     auto client = make_client();
     auto target = client.connect(agent.address());
     REQUIRE(target);
-    const auto compilers = children_of(agent.pid());
-    REQUIRE(compilers.size() == 1);
-    auto compiling = ship_fault(client, *target, "spin", 17);
-    for (int i = 0; i < 1000 && cpu_ticks(compilers[0]) < 20; ++i) std::this_thread::sleep_for(10ms);
-    REQUIRE(cpu_ticks(compilers[0]) >= 20);
+    auto [compiler, compiling] = spin_the_compiler(agent, client, *target, 17);
     agent.stop(SIGKILL);
     // Gone, or a zombie whose new parent has not reaped it: either way it runs no more. Within
     // a second of its CPU; 30 s of waiting only bounds a failing run.
-    auto ended = [pid = compilers[0]] {
+    auto ended = [pid = compiler] {
         std::ifstream in(fmt::format("/proc/{}/stat", pid));
         std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
         auto close = text.rfind(')');
@@ -388,7 +390,7 @@ TEST_CASE("a compiler whose agent is killed mid-compile ends itself instead of b
     };
     for (int i = 0; i < 3000 && !ended(); ++i) std::this_thread::sleep_for(10ms);
     const bool gone = ended();
-    if (!gone) ::kill(compilers[0], SIGKILL); // not left spinning after a failed run
+    if (!gone) ::kill(compiler, SIGKILL); // not left spinning after a failed run
     CHECK(gone);
     CHECK_FALSE(compiling.get()); // the call fails (the agent is gone), and does not hang
 }
