@@ -77,6 +77,16 @@ TEST_CASE("an agent with --cache-mib serves many distinct kernels, every call co
     // One tier as well: every call then waits on a slow compile (this once found a lost
     // wake-up in the progress engine).
     auto tiers = GENERATE(as<std::string>{}, "2", "1");
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+    // Under ASan the one-tier run (half a minute of slow compiles in ASan-built compilers) reads
+    // no memory the two-tier run does not; the default build and ThreadSanitizer run both.
+    if (tiers == "1") {
+        SUCCEED("one tier: not run under ASan");
+        return;
+    }
+#endif
+#endif
     AgentProcess agent("tcp", {"--cache-mib", "1", "--jit-tiers", tiers});
     auto client = make_client("tcp");
     auto target = client.connect(agent.address());
