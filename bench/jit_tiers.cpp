@@ -24,6 +24,7 @@
 #include <jit_tiers_kernels.hpp>
 
 #include "launcher.hpp"
+#include "mix_args.hpp"
 #include "loopback_client.hpp"
 #include "options.hpp"
 #include "stats.hpp"
@@ -53,29 +54,9 @@ struct Config {
     std::string csv, json;
 };
 
-struct MixArgs {
-    std::uint64_t seed, rounds;
-    std::array<std::uint64_t, 16> table;
-};
-
-MixArgs mix_args(std::uint64_t rounds) {
-    MixArgs a{12345, rounds, {}};
-    for (std::size_t i = 0; i < a.table.size(); ++i) a.table[i] = i * 0x9E3779B97F4A7C15ull;
-    return a;
-}
-
-/// What the kernel computes, here, to check every answer.
-std::uint64_t mix_expected(const MixArgs& in) {
-    auto table = in.table;
-    std::uint64_t x = in.seed, sum = 0;
-    for (std::uint64_t r = 0; r < in.rounds; ++r) {
-        x = x * 6364136223846793005ull + 1442695040888963407ull;
-        std::uint64_t v = (x >> 29) ^ table[(x >> 60) & 15];
-        table[r & 15] += v;
-        sum += v * (r | 1);
-    }
-    return sum;
-}
+using bench::MixArgs;
+using bench::mix_args;
+using bench::mix_expected;
 
 Client make_client(Transport t, const Config& cfg) {
     ClientOptions o;

@@ -33,6 +33,7 @@
 
 #include "emulated_agent.hpp"
 #include "launcher.hpp"
+#include "mix_args.hpp"
 #include "loopback_client.hpp"
 #include "options.hpp"
 #include "perftest.hpp"
@@ -44,12 +45,6 @@ using namespace bitship;
 using bench::Row;
 using bench::Summary;
 using Clock = std::chrono::steady_clock;
-
-/// `mix`'s arguments (bench/kernels/compute.c): zero rounds answer 0.
-struct MixArgs {
-    std::uint64_t seed = 0, rounds = 0;
-    std::uint64_t table[16] = {};
-};
 
 double us_since(Clock::time_point t) { return std::chrono::duration<double, std::micro>(Clock::now() - t).count(); }
 
@@ -340,10 +335,11 @@ int main(int argc, char** argv) {
                     Bytes eight(8);
                     for (int w = 0; w < 20; ++w) must(bystander.ping(*other, eight).get(), "ping");
                     // The bystander's own kernel (another bundle), compiled and optimised before.
-                    const MixArgs mix{};
+                    const auto mix = bench::mix_args(0); // no rounds: a call's cost
+                    const auto expected = bench::mix_expected(mix);
                     auto cached_mix = [&] {
                         auto r = bystander.ship(jit_tiers_kernels::mix, *other, mix).get_as<std::uint64_t>();
-                        if (!r || *r != 0)
+                        if (!r || *r != expected)
                             throw std::runtime_error("the bystander's call: " + (r ? std::to_string(*r) : r.error().describe()));
                     };
                     cached_mix();

@@ -112,13 +112,19 @@ std::vector<pid_t> children_of(pid_t parent) {
     return out;
 }
 
-/// User + system CPU time of `pid`, clock ticks (0 when it is gone).
-long cpu_ticks(pid_t pid) {
+/// /proc/PID/stat's fields after the process's name, from its state on; "" when it is gone.
+std::string stat_fields(pid_t pid) {
     std::ifstream in(fmt::format("/proc/{}/stat", pid));
     std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     auto close = text.rfind(')');
-    if (close == std::string::npos) return 0;
-    std::istringstream fields(text.substr(close + 2));
+    return close == std::string::npos || close + 2 > text.size() ? std::string() : text.substr(close + 2);
+}
+
+/// User + system CPU time of `pid`, clock ticks (0 when it is gone).
+long cpu_ticks(pid_t pid) {
+    const auto text = stat_fields(pid);
+    if (text.empty()) return 0;
+    std::istringstream fields(text);
     std::string skip;
     for (int i = 0; i < 11; ++i) fields >> skip; // state .. cmajflt
     long utime = 0, stime = 0;
@@ -260,13 +266,9 @@ TEST_CASE("a compiler killed from outside mid-compile fails that call only, and 
     auto client = make_client();
     auto target = client.connect(agent.address());
     REQUIRE(target);
-    auto before = children_of(agent.pid());
-    REQUIRE(before.size() == 1);
-    auto pending = ship_fault(client, *target, "spin", 7);
     // Killed once it is seen spinning, i.e. mid-compile.
-    for (int i = 0; i < 1000 && cpu_ticks(before[0]) < 20; ++i) std::this_thread::sleep_for(10ms);
-    REQUIRE(cpu_ticks(before[0]) >= 20);
-    REQUIRE(::kill(before[0], SIGKILL) == 0);
+    auto [before, pending] = spin_the_compiler(agent, client, *target, 7);
+    REQUIRE(::kill(before, SIGKILL) == 0);
     auto r = pending.get();
     INFO(agent.log());
     REQUIRE_FALSE(r);
@@ -275,7 +277,7 @@ TEST_CASE("a compiler killed from outside mid-compile fails that call only, and 
     agent_still_serves(agent);
     auto after = children_of(agent.pid());
     REQUIRE(after.size() == 1);
-    CHECK(after[0] != before[0]);
+    CHECK(after[0] != before);
 }
 
 TEST_CASE("while a compile is under way the agent answers other clients even with one worker", "[integration]") {
@@ -384,10 +386,8 @@ TEST_CASE("a compiler whose agent is killed mid-compile ends itself instead of b
     // Gone, or a zombie whose new parent has not reaped it: either way it runs no more. Within
     // a second of its CPU; 30 s of waiting only bounds a failing run.
     auto ended = [pid = compiler] {
-        std::ifstream in(fmt::format("/proc/{}/stat", pid));
-        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        auto close = text.rfind(')');
-        return close == std::string::npos || text.substr(close + 2, 1) == "Z";
+        const auto fields = stat_fields(pid);
+        return fields.empty() || fields.starts_with('Z');
     };
     for (int i = 0; i < 3000 && !ended(); ++i) std::this_thread::sleep_for(10ms);
     const bool gone = ended();
