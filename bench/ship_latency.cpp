@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
                 "(repeatable; printed in the header)");
     options.add("--csv", cfg.csv, "write the rows as CSV here");
     options.add("--json", cfg.json, "write the rows as JSON here");
+    options.add("--xagent", launch::AgentProcess::binary(),
+                "the agent program to start (another build, for an A/B; or a wrapper, as scripts/call_instructions.sh runs "
+                "it under callgrind)");
     if (auto status = options.parse(argc, argv)) return *status;
     cfg.bulk_window = !no_window;
     if (quick) {

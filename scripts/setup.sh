@@ -25,7 +25,7 @@ packages=(
   libpmix-dev openmpi-bin slurmctld slurmd slurm-client munge
   libcpp-httplib-dev nlohmann-json3-dev lintian prometheus
   libseccomp-dev strace
-  patchelf
+  patchelf valgrind python3
 )
 if ((with_aarch64)); then
   # The cross toolchain and the emulator run on the build machine (amd64). The agent's libraries
