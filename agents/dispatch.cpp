@@ -156,6 +156,12 @@ void Agent::Impl::on_compiled(const CodeHash& hash, bool whole, Result<std::shar
 }
 
 void Agent::Impl::run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code) {
+    if (last_entry.same_code(code) && r->run.entry == last_entry.entry) {
+        r->stats = last_entry.stats;
+        const auto fn = last_entry.fn;
+        run_kernel(std::move(r), Runnable{std::move(code), fn});
+        return;
+    }
     auto fn = code->entry(r->run.entry);
     if (!fn) {
         // The tier 0 made for another kernel of the slice: the slice is compiled whole.
@@ -170,6 +176,11 @@ void Agent::Impl::run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<co
         answer_error(*r, fn.error());
         return;
     }
+    r->stats = kernel_stats.slot(r->run.hash, r->run.entry);
+    last_entry.code = code;
+    last_entry.entry = r->run.entry;
+    last_entry.fn = *fn;
+    last_entry.stats = r->stats;
     run_kernel(std::move(r), Runnable{std::move(code), *fn});
 }
 
@@ -233,7 +244,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
         // watchdog sees it within Engine::kDeepWait. A kernel whose last run was long wakes the
         // engine's thread to progress while it runs: without that, on TCP an emulated GET of this
         // agent's memory, or a ping, waits for the whole kernel (up to Engine::kTakeover).
-        auto* counted = kernel_stats.slot(r->run.hash, r->run.entry);
+        auto* counted = r->stats ? r->stats : kernel_stats.slot(r->run.hash, r->run.entry);
         r->stats = counted;
         const bool long_kernel = KernelStats::last_run_ns(counted) >= kLongKernelNs;
         {
@@ -253,7 +264,7 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
             LoadGauge::Running counted_load(load_gauge);
             return run_sandboxed(what, ctx, &wake_watchdog, engine.get());
         }();
-        r->stats = kernel_stats.slot(r->run.hash, r->run.entry);
+        if (!r->stats) r->stats = kernel_stats.slot(r->run.hash, r->run.entry);
         record_run(r->stats, what, std::chrono::nanoseconds(CycleClock::ns_since(began)));
         ctx.create_region = nullptr;
         queue_finished(FinishedKernel{std::move(r), what.code, std::move(stopped), std::move(ctx)});

@@ -148,6 +148,7 @@ void Agent::Impl::on_message(Incoming&& in) {
         w.challenge = gate->open_session(conn);
         w.sandbox = sandbox->mode();
         w.reads_split = true; // the engine joins them (core/wire_split.hpp)
+        w.reads_compact = true;
         reply(in.ep, conn, wire::encode_welcome(w));
         return;
     }

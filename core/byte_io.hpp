@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "spare_bytes.hpp"
+
 namespace bitship {
 
 static_assert(std::endian::native == std::endian::little, "bitship's wire format assumes little-endian hosts");
@@ -74,12 +76,29 @@ private:
 class ByteWriter {
 public:
     /// Room for `n` more bytes at once: a message with a large field is then copied once,
-    /// not again by each growth after it.
-    void reserve(std::size_t n) { buf_.reserve(buf_.size() + n); }
-    void raw(std::span<const std::byte> b) { buf_.insert(buf_.end(), b.begin(), b.end()); }
-    template <class T> void scalar(T v) {
-        auto p = reinterpret_cast<const std::byte*>(&v);
-        buf_.insert(buf_.end(), p, p + sizeof(T));
+    /// not again by each growth after it. Up to kSlackMax, the room is made ready to write
+    /// (zeroed), so that each field after it is one bounds check and one copy; a larger
+    /// reservation is capacity only, so its bytes are written once, not zeroed first.
+    void reserve(std::size_t n) {
+        if (size_ + n <= buf_.size()) return;
+        if (buf_.capacity() == 0) buf_ = SpareBytes::take(); // the thread's last message's buffer
+        if (n <= kSlackMax) {
+            buf_.resize(size_ + n); // (the room there already is zeroed: only the rest is filled)
+            return;
+        }
+        buf_.resize(size_); // no room made ready behind what is written: writes append
+        buf_.reserve(size_ + n);
+    }
+    [[gnu::always_inline]] void raw(std::span<const std::byte> b) {
+        if (size_ + b.size() > buf_.size()) return append(b.data(), b.size());
+        if (!b.empty()) std::memcpy(buf_.data() + size_, b.data(), b.size());
+        size_ += b.size();
+    }
+    template <class T> [[gnu::always_inline]] void scalar(T v) {
+        // A fixed-size copy: one store when it fits (the common case, after reserve()).
+        if (size_ + sizeof(T) > buf_.size()) [[unlikely]] return append(&v, sizeof(T));
+        std::memcpy(buf_.data() + size_, &v, sizeof(T));
+        size_ += sizeof(T);
     }
     void u8(std::uint8_t v) { scalar(v); }
     void u16(std::uint16_t v) { scalar(v); }
@@ -96,13 +115,36 @@ public:
         raw(b);
     }
     /// Zero padding up to the next multiple of `n` from the start.
-    void align(std::size_t n) { buf_.resize(buf_.size() + (n - buf_.size() % n) % n); }
+    void align(std::size_t n) {
+        const auto pad = (n - size_ % n) % n;
+        if (pad == 0) return;
+        if (size_ + pad > buf_.size()) buf_.resize(size_ + pad);
+        else std::memset(buf_.data() + size_, 0, pad); // (the room is zeroed already: cheap to be sure)
+        size_ += pad;
+    }
     void patch_u64(std::size_t at, std::uint64_t v) { std::memcpy(buf_.data() + at, &v, sizeof v); }
-    [[nodiscard]] std::size_t size() const noexcept { return buf_.size(); }
-    std::vector<std::byte> take() && { return std::move(buf_); }
+    [[nodiscard]] std::size_t size() const noexcept { return size_; }
+    std::vector<std::byte> take() && {
+        buf_.resize(size_);
+        size_ = 0;
+        return std::move(buf_);
+    }
+
+    /// The most reserve() makes ready to write ahead (zeroing it costs less than per-field growth).
+    static constexpr std::size_t kSlackMax = std::size_t{4} << 10;
 
 private:
-    std::vector<std::byte> buf_;
+    // Past the room made ready: appends to what is written (the vector grows geometrically,
+    // into capacity a large reserve() made).
+    [[gnu::noinline]] void append(const void* p, std::size_t n) {
+        buf_.resize(size_);
+        auto b = static_cast<const std::byte*>(p);
+        buf_.insert(buf_.end(), b, b + n);
+        size_ = buf_.size();
+    }
+
+    std::vector<std::byte> buf_; ///< [0, size_) written; [size_, buf_.size()) zeroed room
+    std::size_t size_ = 0;
 };
 
 } // namespace bitship

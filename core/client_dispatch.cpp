@@ -223,7 +223,7 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
         engine->send(p.ep, wire::encode_run_borrowing_args(c->id, run, std::shared_ptr<const void>(c, run.args.data())));
         split_runs_sent.fetch_add(1, std::memory_order_relaxed);
     } else
-        engine->send(p.ep, wire::encode_run(c->id, run));
+        engine->send(p.ep, wire::encode_run(c->id, run, p.reads_compact));
     runs_sent.fetch_add(1, std::memory_order_relaxed);
     pending[c->id] = c;
 }

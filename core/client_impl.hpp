@@ -26,7 +26,7 @@
 #include "agent_load.hpp"
 #include "bulk_window.hpp"
 #include "engine.hpp"
-#include "recycling_map.hpp"
+#include "id_table.hpp"
 #include "wire.hpp"
 
 namespace bitship {
@@ -146,6 +146,7 @@ struct Peer {
     std::uint64_t auth_request = 0; ///< the AUTH awaiting the agent's ACK (0: none)
     std::shared_ptr<const AgentInfo> info;
     bool reads_split = false; ///< the agent's WELCOME says it reads split messages (wire::kFlagReadsSplit)
+    bool reads_compact = false; ///< ... and compact RUNs (wire::kFlagReadsCompact): direct calls go so
     Clock::time_point connect_deadline;
     std::vector<std::shared_ptr<CallState>> waiting; // calls queued until connected
     std::shared_ptr<CallState> connecting;           // connect()'s own call, if any
@@ -185,7 +186,7 @@ struct Client::Impl {
     // --- progress token -------------------------------------------------------------------
     std::unordered_map<std::uint64_t, Peer> peers;
     std::unordered_map<ucp_ep_h, std::uint64_t> peer_by_ep;
-    RecyclingMap<std::uint64_t, std::shared_ptr<CallState>> pending; // calls in flight, by id
+    IdTable<std::shared_ptr<CallState>> pending; // calls in flight, by id
     // Hashes each agent address holds, kept across reconnects: a restarted agent that lost
     // them answers NEED_CODE and gets the code once.
     std::map<std::string, std::set<CodeHash>> known;

@@ -88,6 +88,7 @@ void Client::Impl::on_welcome(Peer& p, const wire::Welcome& w) {
     if (p.info && p.info->triple != info->triple) p.slice_by_bundle.clear();
     p.info = std::move(info);
     p.reads_split = w.reads_split;
+    p.reads_compact = w.reads_compact;
     if (start_auth(p, w)) return; // on_session follows the agent's ACK
     on_session(p);
 }
@@ -182,7 +183,7 @@ void Client::Impl::on_message(Incoming&& in) {
     if (busy && hold_refused(*p, c)) return;
     switch (in.header.type) {
     case wire::Type::result: {
-        pending.erase(it);
+        pending.erase(c->id); // by id: erase(it) would look for the next entry
         const auto& res = std::get<wire::ResultMsg>(msg->body);
         // A session asks for its window with its first bulk call or result (ask_window); a
         // group's answers never go through one.
@@ -201,23 +202,23 @@ void Client::Impl::on_message(Incoming&& in) {
     case wire::Type::info_reply:
     case wire::Type::kernel_stats_reply:
     case wire::Type::cache_list_reply:
-        pending.erase(it);
+        pending.erase(c->id);
         c->complete(std::move(in.payload));
         return;
     case wire::Type::ack: // a control request's, or a GPU region write's (which returns no bytes)
-        pending.erase(it);
+        pending.erase(c->id);
         c->complete(c->kind == Kind::put ? Bytes{} : std::move(in.payload));
         return;
     case wire::Type::error: {
         const auto& e = std::get<wire::ErrorMsg>(msg->body);
-        pending.erase(it);
+        pending.erase(c->id);
         give_back_slot(*p, *c);
         c->complete(fail(e.code, fmt::format("{}: {}", agent_name(*p), e.message)));
         return;
     }
     case wire::Type::need_code:
         need_code_received.fetch_add(1, std::memory_order_relaxed);
-        pending.erase(it);
+        pending.erase(c->id);
         if (c->resent) {
             c->complete(fail(Errc::code_missing, fmt::format("{} asked for code {} again after it was sent",
                                                              agent_name(*p), to_hex(c->hash, 16))));

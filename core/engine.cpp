@@ -1,4 +1,5 @@
 #include "engine.hpp"
+#include "spare_bytes.hpp"
 
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -83,7 +84,7 @@ socklen_t sockaddr_len(const sockaddr_storage& s) {
 // A payload made of three parts, copied as it is made (no zero-fill first): a split message's
 // prefix, data and suffix, or (empty data) the fields around landed arguments.
 std::vector<std::byte> laid_out(std::span<const std::byte> a, std::span<const std::byte> b, std::span<const std::byte> c) {
-    std::vector<std::byte> out;
+    auto out = SpareBytes::take();
     out.reserve(a.size() + b.size() + c.size());
     out.insert(out.end(), a.begin(), a.end());
     out.insert(out.end(), b.begin(), b.end());
@@ -506,6 +507,7 @@ void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
     bytes_sent_.fetch_add(m.header.payload_size, std::memory_order_relaxed);
     auto* req = ucp_am_send_nbx(ep, wire::kAmId, header, header_length, bytes.data(), bytes.size(), &rp);
     if (req == nullptr) {
+        SpareBytes::give(std::move(m.payload)); // for this thread's next message
         m.payload = {};
         m.borrowed = {};
         m.keep.reset();
@@ -574,6 +576,8 @@ bool Engine::drain() {
         for (auto& in : batch) {
             if (in.header.type == wire::Type::batch) open_batch(std::move(in));
             else if (hooks_.on_message) hooks_.on_message(std::move(in));
+            // A payload its owner read and let be: the next message's buffer.
+            if (in.payload.capacity() != 0) SpareBytes::give(std::move(in.payload));
         }
         batch.clear();
         if (batch.capacity() > arrived_spare_.capacity()) arrived_spare_ = std::move(batch);

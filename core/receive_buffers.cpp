@@ -1,4 +1,5 @@
 #include "receive_buffers.hpp"
+#include "spare_bytes.hpp"
 
 #include <utility>
 
@@ -27,7 +28,10 @@ std::vector<std::byte> ReceiveBuffers::take(std::size_t size) {
 
 void ReceiveBuffers::give_back(std::vector<std::byte>&& buffer) noexcept {
     const std::size_t bytes = buffer.capacity();
-    if (bytes < kMinKept) return;
+    if (bytes < kMinKept) {
+        SpareBytes::give(std::move(buffer)); // an eager message's: this thread's next message's
+        return;
+    }
     std::vector<std::byte> gone; // freed outside the lock when it is not kept
     std::lock_guard lock(mutex_);
     if (kept_.size() >= kMaxKept || kept_bytes_ + bytes > max_kept_bytes_) {

@@ -128,6 +128,7 @@ Result<Message> decode(const Header& header, std::span<const std::byte> payload)
         w.workers = *workers;
         w.instance = *instance;
         w.reads_split = (header.flags & kFlagReadsSplit) != 0;
+        w.reads_compact = (header.flags & kFlagReadsCompact) != 0;
         m.body = w;
         break;
     }
@@ -286,6 +287,7 @@ Encoded encode_welcome(const Welcome& x) {
     w.blob32(block);
     auto e = finish(start(Type::welcome, 0), std::move(w));
     if (x.reads_split) e.header.flags |= kFlagReadsSplit;
+    if (x.reads_compact) e.header.flags |= kFlagReadsCompact;
     return e;
 }
 

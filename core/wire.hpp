@@ -75,6 +75,15 @@ inline constexpr std::uint16_t kFlagEach = 1u << 2;
 /// clients send a large RUN's arguments uncopied only to such an agent, and copy them into the
 /// message for an older one, whose WELCOME has no flags. Older clients ignore WELCOME's flags.
 inline constexpr std::uint16_t kFlagReadsSplit = 1u << 3;
+/// Header::flags of a RUN in its compact form: a direct call (no hops, peers, reply-to or code;
+/// origin = the request id) as `hash[32] · u32 args size · str16 entry · padding to
+/// kArgsAlignment · args`, 40-odd bytes fewer than the full form's fields, so that a cached
+/// call with small arguments fits UCX's short message (100 bytes over shared memory, header
+/// included). Never with another flag. Sent only to an agent whose WELCOME has
+/// kFlagReadsCompact; older agents refuse the flag.
+inline constexpr std::uint16_t kFlagCompact = 1u << 4;
+/// Header::flags of a WELCOME from an agent that reads compact RUNs.
+inline constexpr std::uint16_t kFlagReadsCompact = 1u << 5;
 
 std::string_view to_string(Type t) noexcept;
 
@@ -128,6 +137,8 @@ struct Welcome {
     SandboxMode sandbox = SandboxMode::none;
     /// Header::flags kFlagReadsSplit: the agent reads split messages. Unset by older agents.
     bool reads_split = false;
+    /// Header::flags kFlagReadsCompact: the agent reads compact RUNs. Unset by older agents.
+    bool reads_compact = false;
 };
 
 /// AUTH: the client's public key and its signature over (challenge, instance, key).
@@ -392,7 +403,9 @@ Result<void> decode_gpu_details(std::span<const std::byte> bytes, Capabilities& 
 
 Encoded encode_hello(std::string_view client);
 Encoded encode_welcome(const Welcome& w);
-Encoded encode_run(std::uint64_t id, const Run& r);
+/// `compact`: in the compact form (kFlagCompact) when `r` is a direct call it can carry (for an
+/// agent that reads it); else, and by default, the full form.
+Encoded encode_run(std::uint64_t id, const Run& r, bool compact = false);
 /// encode_run, but the arguments are not copied: a split message that sends `r.args` from
 /// where they lie, which `keep` holds until UCX is done with them. The same bytes arrive.
 Encoded encode_run_borrowing_args(std::uint64_t id, const Run& r, std::shared_ptr<const void> keep);

@@ -5,8 +5,55 @@
 namespace bitship::wire {
 using namespace codec;
 
+namespace {
+
+// The arguments of a RUN, at the reader's position, `size` bytes: in the payload, or where a
+// split message's data landed (which must be exactly there).
+Result<std::span<const std::byte>> read_args(ByteReader& in, std::uint32_t size, const OutsideArgs* outside) {
+    std::optional<std::span<const std::byte>> args;
+    if (outside == nullptr) {
+        args = in.bytes(size);
+    } else if (in.position() == outside->at && size == outside->bytes.size()) {
+        args = outside->bytes;
+    } else {
+        return fail(Errc::malformed_message,
+                    fmt::format("RUN message declares {} bytes of arguments at byte {}, but its sender split {} bytes off "
+                                "at byte {}",
+                                size, in.position(), outside->bytes.size(), outside->at));
+    }
+    if (!args) return codec::truncated(Type::run, "args");
+    return *args;
+}
+
+// A RUN in its compact form (kFlagCompact): hash, args size, entry, padding, args; the rest as
+// a direct call has it.
+Result<void> decode_compact_run(const Header& header, ByteReader& in, Run& r, const OutsideArgs* outside) {
+    const auto t = Type::run;
+    if (header.flags != kFlagCompact)
+        return fail(Errc::malformed_message, fmt::format("a compact RUN message has other flags too ({:#06x})", header.flags));
+    auto hash = in.bytes(32);
+    if (!hash) return codec::truncated(t, "hash");
+    auto args_size = in.u32();
+    if (!args_size) return codec::truncated(t, "args");
+    auto entry = in.str16();
+    if (!entry) return codec::truncated(t, "entry");
+    if (entry->empty()) return fail(Errc::malformed_message, "RUN message names no entry point");
+    if (!in.align(kArgsAlignment)) return codec::truncated(t, "args");
+    auto args = read_args(in, *args_size, outside);
+    if (!args) return tl::make_unexpected(args.error());
+    if (in.remaining() != 0) return codec::trailing(t, in.remaining());
+    std::memcpy(r.hash.data(), hash->data(), 32);
+    r.origin = header.request_id;
+    r.entry = *entry;
+    r.args = *args;
+    return {};
+}
+
+} // namespace
+
 Result<void> codec::decode_run(const Header& header, ByteReader& in, Run& r, const OutsideArgs* outside) {
     const auto t = Type::run;
+    if (header.flags & kFlagCompact) return decode_compact_run(header, in, r, outside);
     if (header.flags & ~(kFlagWindow | kFlagGpu | kFlagEach))
         return fail(Errc::malformed_message, fmt::format("RUN message has unknown flags {:#06x}", header.flags));
     if ((header.flags & kFlagEach) && (header.flags & (kFlagWindow | kFlagGpu)))
@@ -46,18 +93,8 @@ Result<void> codec::decode_run(const Header& header, ByteReader& in, Run& r, con
     if (!entry) return truncated(t, "entry");
     auto args_size = in.u32();
     if (!args_size || !in.align(kArgsAlignment)) return truncated(t, "args");
-    std::optional<std::span<const std::byte>> args;
-    if (outside == nullptr) {
-        args = in.bytes(*args_size);
-    } else if (in.position() == outside->at && *args_size == outside->bytes.size()) {
-        args = outside->bytes;
-    } else {
-        return fail(Errc::malformed_message,
-                    fmt::format("RUN message declares {} bytes of arguments at byte {}, but its sender split {} bytes off "
-                                "at byte {}",
-                                *args_size, in.position(), outside->bytes.size(), outside->at));
-    }
-    if (!args) return truncated(t, "args");
+    auto args = read_args(in, *args_size, outside);
+    if (!args) return tl::make_unexpected(args.error());
     auto code = in.blob32();
     if (!code) return truncated(t, "code");
     auto reply_to = in.blob32();
@@ -162,9 +199,30 @@ void set_flags(Encoded& e, const Run& r) {
     if (r.each) e.header.flags |= kFlagEach;
 }
 
+// Whether `r`, sent as request `id`, is a direct call the compact form carries whole.
+bool fits_compact(std::uint64_t id, const Run& r) {
+    return r.origin == id && r.hop_budget == 0 && r.hops == 0 && r.self_index == 0 && r.code.empty() &&
+           r.reply_to.empty() && r.peers.empty() && r.signatures.empty() && !r.window && !r.gpu && !r.each &&
+           !r.entry.empty() && r.entry.size() <= 0xffff;
+}
+
+Encoded encode_compact_run(std::uint64_t id, const Run& r) {
+    ByteWriter w;
+    w.reserve(sizeof r.hash + 4 + 2 + r.entry.size() + kArgsAlignment + r.args.size());
+    w.raw(std::as_bytes(std::span(r.hash)));
+    w.u32(static_cast<std::uint32_t>(r.args.size()));
+    w.str16(r.entry);
+    w.align(kArgsAlignment);
+    w.raw(r.args);
+    auto e = finish(start(Type::run, id), std::move(w));
+    e.header.flags = kFlagCompact;
+    return e;
+}
+
 } // namespace
 
-Encoded encode_run(std::uint64_t id, const Run& r) {
+Encoded encode_run(std::uint64_t id, const Run& r, bool compact) {
+    if (compact && fits_compact(id, r)) return encode_compact_run(id, r);
     ByteWriter w;
     write_run(w, r, false);
     auto e = finish(start(Type::run, id), std::move(w));

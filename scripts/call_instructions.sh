@@ -8,6 +8,7 @@
 # not in any step, so the figures are the work of a call, not the wait.
 #
 #   bash scripts/call_instructions.sh [REPS] [BUILD_DIR]    # default 20000 reps, build/
+#   KEEP=DIR bash scripts/call_instructions.sh ...           # keeps callgrind's files in DIR
 #
 # Needs valgrind (scripts/setup.sh installs it) and python3.
 set -euo pipefail
@@ -21,8 +22,14 @@ bench="$build/bench/ship_latency"
 xagent="$PWD/$build/agents/xagent"
 [[ -x $bench && -x $xagent ]] || { echo "call_instructions: build $bench and $xagent first" >&2; exit 2; }
 
-out=$(mktemp -d /tmp/bitship-callgrind-XXXXXX)
-trap 'rm -rf "$out"' EXIT
+if [[ -n ${KEEP:-} ]]; then
+    out=$KEEP
+    mkdir -p "$out"
+    rm -f "$out"/cg.*
+else
+    out=$(mktemp -d /tmp/bitship-callgrind-XXXXXX)
+    trap 'rm -rf "$out"' EXIT
+fi
 # The agent under callgrind, started by ship_latency through this wrapper. Its sandbox arena
 # is made small: valgrind cannot reserve the default 64 GiB of address space.
 cat >"$out/xagent" <<EOF

@@ -1,5 +1,6 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -143,6 +144,143 @@ TEST_CASE("decode_run (the agent's path) gives the RUN decode() gives, and refus
     auto also = wire::decode(e.header, e.payload);
     REQUIRE_FALSE(also);
     CHECK(refused.error().message == also.error().message);
+}
+
+TEST_CASE("a direct call goes compact where asked: the same RUN decodes, in fewer bytes", "[unit]") {
+    for (std::string entry : {"a", "empty", "chase_step", "a_longer_entry_name_than_most"}) {
+        for (std::size_t n : {std::size_t{0}, std::size_t{8}, std::size_t{17}, std::size_t{4096}}) {
+            std::vector<std::byte> args(n);
+            for (std::size_t i = 0; i < n; ++i) args[i] = std::byte(i + 1);
+            wire::Run r;
+            r.hash.fill(9);
+            r.origin = 77;
+            r.entry = entry;
+            r.args = args;
+            auto compact = wire::encode_run(77, r, true);
+            auto full = wire::encode_run(77, r);
+            CHECK(compact.header.flags == wire::kFlagCompact);
+            CHECK(full.header.flags == 0);
+            CHECK(compact.payload.size() < full.payload.size());
+            for (const auto* e : {&compact, &full}) {
+                wire::Run got;
+                REQUIRE(wire::decode_run(e->header, e->payload, got));
+                CHECK(got.hash == r.hash);
+                CHECK(got.origin == 77);
+                CHECK(got.entry == entry);
+                CHECK(std::equal(got.args.begin(), got.args.end(), args.begin(), args.end()));
+                CHECK(static_cast<std::size_t>(got.args.data() - e->payload.data()) % wire::kArgsAlignment == 0);
+                CHECK(got.code.empty());
+                CHECK(got.reply_to.empty());
+                CHECK(got.peers.empty());
+                CHECK(got.hops == 0);
+                CHECK(got.hop_budget == 0);
+                CHECK_FALSE(got.window);
+            }
+        }
+    }
+    // An 8-byte call with a short entry fits UCX's 100-byte short message over shared memory,
+    // with bitship's 24-byte header and UCP's 8.
+    wire::Run r;
+    static const std::uint64_t value = 7;
+    r.entry = "empty";
+    r.args = std::as_bytes(std::span(&value, 1));
+    r.origin = 1;
+    CHECK(sizeof(wire::Header) + wire::encode_run(1, r, true).payload.size() + 8 <= 100);
+}
+
+TEST_CASE("a RUN that is not a direct call goes in the full form even where compact is asked", "[unit]") {
+    static const std::string code = "pretend-bundle";
+    auto base = [] {
+        wire::Run r;
+        r.entry = "add";
+        r.origin = 5;
+        return r;
+    };
+    std::vector<wire::Run> runs(8, base());
+    runs[0].code = as_bytes(code);
+    runs[1].hops = 1;
+    runs[2].hop_budget = 2;
+    runs[3].peers = {"127.0.0.1:7000"};
+    runs[4].reply_to = as_bytes(code);
+    runs[5].window = wire::WindowUse{0, 0, 64, 64};
+    runs[6].origin = 6; // a forward's origin is not its request id
+    runs[7].signatures.resize(1);
+    for (const auto& r : runs) {
+        auto e = wire::encode_run(5, r, true);
+        CHECK((e.header.flags & wire::kFlagCompact) == 0);
+        CHECK(wire::decode(e.header, e.payload));
+    }
+}
+
+TEST_CASE("compact RUNs that are cut, padded, flagged twice or name no entry are refused as malformed", "[unit]") {
+    wire::Run r;
+    r.hash.fill(3);
+    r.entry = "add";
+    r.origin = 9;
+    static const std::string args = "0123456789";
+    r.args = as_bytes(args);
+    auto e = wire::encode_run(9, r, true);
+    REQUIRE(e.header.flags == wire::kFlagCompact);
+    every_truncation_refused(e);
+    auto padded = e;
+    padded.payload.push_back(std::byte{0});
+    padded.header.payload_size += 1;
+    auto m = wire::decode(padded.header, padded.payload);
+    REQUIRE_FALSE(m);
+    CHECK(m.error().code == Errc::malformed_message);
+    for (auto other : {wire::kFlagWindow, wire::kFlagGpu, wire::kFlagEach}) {
+        auto both = e;
+        both.header.flags |= other;
+        auto refused = wire::decode(both.header, both.payload);
+        REQUIRE_FALSE(refused);
+        CHECK(refused.error().code == Errc::malformed_message);
+        CHECK_THAT(refused.error().message, Catch::Contains("compact"));
+    }
+    wire::Run nameless = r;
+    nameless.entry = "";
+    auto ne = wire::encode_run(9, nameless, true); // no entry: not compact (the full form refuses it too)
+    CHECK_FALSE(wire::decode(ne.header, ne.payload));
+    // A compact payload whose entry length is 0, written by hand.
+    auto hand = e;
+    const std::size_t entry_at = 32 + 4;
+    hand.payload[entry_at] = std::byte{0};
+    hand.payload[entry_at + 1] = std::byte{0};
+    auto no_entry = wire::decode(hand.header, hand.payload);
+    REQUIRE_FALSE(no_entry);
+    CHECK(no_entry.error().code == Errc::malformed_message);
+}
+
+TEST_CASE("the fuzz corpus' compact RUN seed is a valid compact RUN", "[unit]") {
+    std::ifstream in(BITSHIP_WIRE_CORPUS "/run_compact.bin", std::ios::binary);
+    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(chars.size() > sizeof(wire::Header));
+    auto bytes = std::as_bytes(std::span(chars));
+    auto payload = bytes.subspan(sizeof(wire::Header));
+    auto h = wire::decode_header(bytes.first(sizeof(wire::Header)), payload.size());
+    REQUIRE(h);
+    CHECK(h->flags == wire::kFlagCompact);
+    auto m = wire::decode(*h, payload);
+    REQUIRE(m);
+    const auto& r = std::get<wire::Run>(m->body);
+    CHECK(r.entry == "empty");
+    CHECK(r.args.size() == 8);
+    CHECK(r.origin == 42);
+}
+
+TEST_CASE("WELCOME says whether the agent reads compact RUNs", "[unit]") {
+    wire::Welcome w;
+    w.triple = "x86_64-pc-linux-gnu";
+    auto plain = wire::encode_welcome(w);
+    w.reads_compact = true;
+    auto compact = wire::encode_welcome(w);
+    CHECK(compact.header.flags == wire::kFlagReadsCompact);
+    CHECK(compact.payload == plain.payload);
+    auto m = wire::decode(compact.header, compact.payload);
+    REQUIRE(m);
+    CHECK(std::get<wire::Welcome>(m->body).reads_compact);
+    auto old = wire::decode(plain.header, plain.payload);
+    REQUIRE(old);
+    CHECK_FALSE(std::get<wire::Welcome>(old->body).reads_compact);
 }
 
 TEST_CASE("a header whose declared size differs from what arrived is refused", "[unit]") {
