@@ -251,9 +251,12 @@ void Agent::Impl::run_kernel(std::shared_ptr<RunRequest> r, Runnable what) {
             LoadGauge::RunningLeader counted_load(load_gauge);
             engine->run_released([&] { stopped = run_sandboxed(what, ctx); }, long_kernel);
         }
-        record_run(counted, what, std::chrono::nanoseconds(CycleClock::ns_since(began)));
+        const auto took = std::chrono::nanoseconds(CycleClock::ns_since(began));
         ctx.create_region = nullptr;
         finish_kernel(r, what.code, stopped, ctx);
+        // After the answer left (not in its way): this thread reads the next message only after
+        // this, so whoever asks for the stats next finds the run in them.
+        record_run(counted, what, took);
         return;
     }
     bool queued = pool->submit([this, r, what = std::move(what)] {

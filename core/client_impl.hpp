@@ -219,6 +219,10 @@ struct Client::Impl {
     // call, answering the reply-to. Matched by request id alone; its message names the agent.
     void on_forwarded_reply(Incoming&& in);
     void on_message(Incoming&& in);
+    // A RESULT for call `c`: its bytes in the message, or (`window`) in the session's window.
+    void on_result(Peer& p, const std::shared_ptr<CallState>& c, Incoming&& in, const wire::WindowSpan* window);
+    // An answer to no call in flight (it timed out, or the agent is confused): counted, logged.
+    void on_stray(Peer& p, const wire::Header& h);
     void on_ep_error(ucp_ep_h ep, const Error& e);
     void on_tick();
     void shutdown();

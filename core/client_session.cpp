@@ -138,6 +138,24 @@ void Client::Impl::on_forwarded_reply(Incoming&& in) {
     }
 }
 
+void Client::Impl::on_stray(Peer& p, const wire::Header& h) {
+    if (h.request_id < next_id.load()) stray_replies.fetch_add(1, std::memory_order_relaxed);
+    spdlog::debug("client: {} for unknown request {} from {}", wire::to_string(h.type), h.request_id, agent_name(p));
+}
+
+void Client::Impl::on_result(Peer& p, const std::shared_ptr<CallState>& c, Incoming&& in, const wire::WindowSpan* window) {
+    pending.erase(c->id); // by id: erase(it) would look for the next entry
+    // A session asks for its window with its first bulk call or result (ask_window); a group's
+    // answers never go through one.
+    if (!window && !c->each && in.payload.size() >= kWindowResultMin) ask_window(p);
+    Result<Bytes> bytes = window ? window_result(p, *c, *window) : Result<Bytes>(std::move(in.payload));
+    if (bytes && c->kind == Kind::get && bytes->size() != c->length) // a GPU region's read
+        bytes = fail(Errc::malformed_message, fmt::format("{} answered a read of {} bytes of GPU region '{}' with {}",
+                                                          agent_name(p), c->length, c->region.name, bytes->size()));
+    give_back_slot(p, *c);
+    c->complete(std::move(bytes));
+}
+
 void Client::Impl::on_message(Incoming&& in) {
     auto* p = peer_of(in.ep);
     if (!p) {
@@ -145,6 +163,17 @@ void Client::Impl::on_message(Incoming&& in) {
         return;
     }
     loads.on_reply(p->id, in.header);
+    // A plain RESULT, the answer to most calls: its payload is the call's bytes, as they are
+    // (decode() would say only that).
+    if (in.header.type == wire::Type::result && in.header.flags == 0 && in.header.request_id != p->auth_request &&
+        in.header.request_id != p->window.request) {
+        if (!p->refused.empty()) resend_refused(*p);
+        auto it = pending.find(in.header.request_id);
+        if (it == pending.end()) return on_stray(*p, in.header);
+        auto c = it->second;
+        on_result(*p, c, std::move(in), nullptr);
+        return;
+    }
     auto msg = wire::decode(in.header, in.payload);
     if (!msg) {
         spdlog::warn("client: bad message from {}: {}", agent_name(*p), msg.error().describe());
@@ -173,27 +202,13 @@ void Client::Impl::on_message(Incoming&& in) {
     const bool busy = is_busy(*msg);
     if (!busy && !p->refused.empty()) resend_refused(*p);
     auto it = pending.find(in.header.request_id);
-    if (it == pending.end()) {
-        if (in.header.request_id < next_id.load()) stray_replies.fetch_add(1, std::memory_order_relaxed);
-        spdlog::debug("client: {} for unknown request {} from {}", wire::to_string(in.header.type),
-                      in.header.request_id, agent_name(*p));
-        return;
-    }
+    if (it == pending.end()) return on_stray(*p, in.header);
     auto c = it->second;
     if (busy && hold_refused(*p, c)) return;
     switch (in.header.type) {
     case wire::Type::result: {
-        pending.erase(c->id); // by id: erase(it) would look for the next entry
         const auto& res = std::get<wire::ResultMsg>(msg->body);
-        // A session asks for its window with its first bulk call or result (ask_window); a
-        // group's answers never go through one.
-        if (!res.window && !c->each && in.payload.size() >= kWindowResultMin) ask_window(*p);
-        Result<Bytes> bytes = res.window ? window_result(*p, *c, *res.window) : Result<Bytes>(std::move(in.payload));
-        if (bytes && c->kind == Kind::get && bytes->size() != c->length) // a GPU region's read
-            bytes = fail(Errc::malformed_message, fmt::format("{} answered a read of {} bytes of GPU region '{}' with {}",
-                                                              agent_name(*p), c->length, c->region.name, bytes->size()));
-        give_back_slot(*p, *c);
-        c->complete(std::move(bytes));
+        on_result(*p, c, std::move(in), res.window ? &*res.window : nullptr);
         return;
     }
     case wire::Type::pong:

@@ -83,10 +83,12 @@ Result<Bytes> Future::get() const& {
 Result<Bytes> Future::get() && {
     if (!state_) return fail(Errc::invalid_argument, "empty future");
     if (auto done = wait_done(*this, *state_); !done) return tl::make_unexpected(done.error());
-    std::lock_guard lock(state_->mutex);
     // Alone: no one else can reach the call any more (every other reader held a reference,
-    // and read under this mutex before letting it go). Else another copy may still read it.
+    // and read under the mutex before letting it go), and complete() wrote the result before
+    // `done`, which wait_done read: it is ours to take, with no lock. Else another copy may
+    // still read it.
     if (state_.use_count() == 1) return std::move(state_->result);
+    std::lock_guard lock(state_->mutex);
     return state_->result;
 }
 
