@@ -34,7 +34,7 @@
 #include "bulk_windows.hpp"
 #include "control.hpp"
 #include "gpu_process.hpp"
-#include "held_count.hpp"
+#include "core/held_count.hpp"
 #include "code_signatures.hpp"
 #include "cycle_clock.hpp"
 #include "kernel_guard.hpp"
@@ -215,7 +215,18 @@ struct Agent::Impl {
     /// object and entry, as back-to-back calls do. Compared by owner: `code` keeps its control
     /// block, so no other code object can take its place, and not the code (nor its cache
     /// entry's use count, which eviction reads) alive.
+    /// The code admit_code last admitted (signed by an author authorized in the gate's
+    /// `keys` generation): the next call to it, carrying no signatures, is admitted so again.
+    struct LastAdmitted {
+        CodeHash hash{};
+        std::uint64_t keys = 0;
+        bool valid = false;
+    } last_admitted;
     struct LastEntry {
+        /// jit->cache_generation() when it was kept: while it is the same, the cache holds
+        /// `code` for `hash` still, and a call to `hash` runs it without a lookup (cached_code).
+        std::uint64_t generation = kNoGeneration;
+        CodeHash hash{};
         std::weak_ptr<const jit::CompiledCode> code;
         [[nodiscard]] bool same_code(const std::shared_ptr<const jit::CompiledCode>& c) const noexcept {
             return !code.owner_before(c) && !c.owner_before(code) && c;
@@ -336,7 +347,14 @@ struct Agent::Impl {
     /// when given (code that left r's kernel out), else of the code r carries, else from disk.
     void start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> held);
     void on_compiled(const CodeHash& hash, bool whole, Result<std::shared_ptr<const jit::CompiledCode>> code);
-    void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code);
+    /// Runs `r` on `code`. `generation`: jit->cache_generation() read before `code` was found in
+    /// the cache (kept with it as the last call's, LastEntry); kNoGeneration when it was not.
+    void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code,
+                      std::uint64_t generation = kNoGeneration);
+    static constexpr std::uint64_t kNoGeneration = ~std::uint64_t{0};
+    /// The code held for `hash` (jit->find), the last call's again when the cache's
+    /// `generation` (read by the caller, before) is the one it was found in.
+    std::shared_ptr<const jit::CompiledCode> cached_code(const CodeHash& hash, std::uint64_t generation);
     const Region* create_region_from_worker(const char* name, std::size_t size);
     void prepare_ctx(bs_ctx& ctx, const RunRequest& r);
     void record_run(KernelStats::KernelSlot* stats, const Runnable& what, Clock::duration took);

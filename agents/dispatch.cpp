@@ -1,4 +1,5 @@
 #include "agent_impl.hpp"
+#include "core/coarse_clock.hpp"
 
 namespace bitship::agent {
 
@@ -86,9 +87,10 @@ void Agent::Impl::on_run(std::shared_ptr<RunRequest> r) {
         return;
     }
     if (!r->run.code.empty()) siblings.remember(r->run.hash, r->run.code);
-    if (auto code = jit->find(r->run.hash)) {
+    const auto generation = jit->cache_generation(); // before the lookup (LastEntry::generation)
+    if (auto code = cached_code(r->run.hash, generation)) {
         add_held(counters.cache_hits);
-        run_compiled(std::move(r), std::move(code));
+        run_compiled(std::move(r), std::move(code), generation);
         return;
     }
     if (auto it = compiling.find(r->run.hash); it != compiling.end()) {
@@ -155,8 +157,20 @@ void Agent::Impl::on_compiled(const CodeHash& hash, bool whole, Result<std::shar
     for (auto& r : waiting) run_compiled(std::move(r), *code);
 }
 
-void Agent::Impl::run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code) {
+std::shared_ptr<const jit::CompiledCode> Agent::Impl::cached_code(const CodeHash& hash, std::uint64_t generation) {
+    // The last call's code, while the cache has changed nothing since: no lock, no lookup.
+    if (last_entry.generation == generation && last_entry.hash == hash)
+        if (auto code = last_entry.code.lock()) {
+            code->touch(coarse_now_ns());
+            return code;
+        }
+    return jit->find(hash);
+}
+
+void Agent::Impl::run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code,
+                               std::uint64_t generation) {
     if (last_entry.same_code(code) && r->run.entry == last_entry.entry) {
+        last_entry.generation = generation;
         r->stats = last_entry.stats;
         const auto fn = last_entry.fn;
         run_kernel(std::move(r), Runnable{std::move(code), fn});
@@ -177,6 +191,8 @@ void Agent::Impl::run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<co
         return;
     }
     r->stats = kernel_stats.slot(r->run.hash, r->run.entry);
+    last_entry.generation = generation;
+    last_entry.hash = r->run.hash;
     last_entry.code = code;
     last_entry.entry = r->run.entry;
     last_entry.fn = *fn;

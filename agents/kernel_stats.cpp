@@ -1,6 +1,6 @@
 #include "kernel_stats.hpp"
 
-#include "held_count.hpp"
+#include "core/held_count.hpp"
 
 #include <bit>
 #include <cmath>

@@ -7,7 +7,7 @@
 
 #include "core/agent_load.hpp"
 #include "core/wire.hpp"
-#include "held_count.hpp"
+#include "core/held_count.hpp"
 
 #include <atomic>
 #include <cstddef>

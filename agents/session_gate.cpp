@@ -62,6 +62,7 @@ Result<std::string> SessionGate::authenticate(std::uint64_t conn, const wire::Au
 }
 
 std::size_t SessionGate::replace_keys(std::vector<NamedKey> keys) {
+    ++keys_generation_;
     keys_.clear();
     for (auto& k : keys) keys_.insert_or_assign(k.key, std::move(k.name));
     std::size_t lost = 0;

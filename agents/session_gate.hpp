@@ -60,6 +60,9 @@ public:
     }
     /// SIGHUP: `keys` become the authorized set. Returns how many open sessions lost their key.
     std::size_t replace_keys(std::vector<NamedKey> keys);
+    /// Changes whenever the authorized set does: what was authorized under one generation is
+    /// checked again under the next.
+    [[nodiscard]] std::uint64_t keys_generation() const noexcept { return keys_generation_; }
 
     /// Refused keys logged once each, up to this many; after that, refusals are not logged.
     static constexpr std::size_t kMaxLoggedKeys = 4096;
@@ -76,6 +79,7 @@ private:
 
     AgentAccess access_;
     std::map<PublicKey, std::string> keys_;
+    std::uint64_t keys_generation_ = 0;
     std::unordered_map<std::uint64_t, Session> sessions_;
     std::set<PublicKey> logged_;
 };

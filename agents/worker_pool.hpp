@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "core/engine.hpp"
-#include "held_count.hpp"
+#include "core/held_count.hpp"
 
 namespace bitship::agent {
 

@@ -1,4 +1,5 @@
 #include "client_impl.hpp"
+#include "held_count.hpp"
 
 #include <spdlog/spdlog.h>
 
@@ -189,8 +190,8 @@ void Client::Impl::send_run(Peer& p, const std::shared_ptr<CallState>& c, bool w
     }
     send_run_message(p, c, with_code ? code : std::span<const std::byte>{});
     if (with_code) {
-        bundles_sent.fetch_add(1, std::memory_order_relaxed);
-        bundle_bytes_sent.fetch_add(code.size(), std::memory_order_relaxed);
+        add_held(bundles_sent);
+        add_held(bundle_bytes_sent, code.size());
         known_here.insert(c->hash);
     }
 }
@@ -221,10 +222,10 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
     // to an agent that reads split messages; an older one gets them copied into the message.
     if (run.args.size() >= kBorrowedArgsMin && p.reads_split) {
         engine->send(p.ep, wire::encode_run_borrowing_args(c->id, run, std::shared_ptr<const void>(c, run.args.data())));
-        split_runs_sent.fetch_add(1, std::memory_order_relaxed);
+        add_held(split_runs_sent);
     } else
         engine->send(p.ep, wire::encode_run(c->id, run, p.reads_compact));
-    runs_sent.fetch_add(1, std::memory_order_relaxed);
+    add_held(runs_sent);
     pending[c->id] = c;
 }
 } // namespace bitship

@@ -1,4 +1,5 @@
 #include "engine.hpp"
+#include "held_count.hpp"
 #include "spare_bytes.hpp"
 
 #include <arpa/inet.h>
@@ -85,6 +86,10 @@ socklen_t sockaddr_len(const sockaddr_storage& s) {
 // prefix, data and suffix, or (empty data) the fields around landed arguments.
 std::vector<std::byte> laid_out(std::span<const std::byte> a, std::span<const std::byte> b, std::span<const std::byte> c) {
     auto out = SpareBytes::take();
+    if (a.empty() && c.empty()) { // a plain message: its data alone
+        out.assign(b.begin(), b.end());
+        return out;
+    }
     out.reserve(a.size() + b.size() + c.size());
     out.insert(out.end(), a.begin(), a.end());
     out.insert(out.end(), b.begin(), b.end());
@@ -504,7 +509,7 @@ void Engine::send_now(ucp_ep_h ep, wire::Encoded&& message) {
     rp.cb.send = &Engine::on_send_done;
     rp.user_data = record;
     rp.flags = kSendFlags;
-    bytes_sent_.fetch_add(m.header.payload_size, std::memory_order_relaxed);
+    add_held(bytes_sent_, m.header.payload_size); // only the token's holder sends
     auto* req = ucp_am_send_nbx(ep, wire::kAmId, header, header_length, bytes.data(), bytes.size(), &rp);
     if (req == nullptr) {
         SpareBytes::give(std::move(m.payload)); // for this thread's next message

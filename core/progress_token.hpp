@@ -2,7 +2,7 @@
 // The engine's progress token (Engine::token_): a mutex whose holder may touch the UCX worker
 // and the engine's queues. Each thread counts the tokens it holds (a thread-local add, next to
 // the lock's own atomic): held_here() lets code that relies on holding one (the agent's counts
-// written with a load and a store, agents/held_count.hpp) assert it, and a poller that may be
+// written with a load and a store, core/held_count.hpp) assert it, and a poller that may be
 // called from inside a hook (Future::ready, Engine::poll_once) see that it already progresses.
 // Private to bitship (core, agents).
 

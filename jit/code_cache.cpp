@@ -149,10 +149,7 @@ std::shared_ptr<const CompiledCode> CodeCache::find(const CodeHash& hash) const 
     std::shared_lock lock(mutex_);
     auto it = memory_.find(hash);
     if (it == memory_.end()) return nullptr;
-    // Written only when the coarse clock moved: calls in a burst do not all dirty the line.
-    const auto now = coarse_now_ns();
-    if (it->second.last_use.load(std::memory_order_relaxed) != now)
-        it->second.last_use.store(now, std::memory_order_relaxed);
+    it->second.code->touch(coarse_now_ns());
     return it->second.code;
 }
 
@@ -172,7 +169,8 @@ std::shared_ptr<const CompiledCode> CodeCache::insert(std::shared_ptr<const Comp
         memory_bytes_ -= it->second.code->code_bytes();
     }
     it->second.code = std::move(code);
-    it->second.last_use.store(coarse_now_ns(), std::memory_order_relaxed);
+    it->second.code->touch(coarse_now_ns());
+    changed();
     memory_bytes_ += it->second.code->code_bytes();
     evict_memory_locked(it->first);
     return it->second.code;
@@ -184,8 +182,11 @@ bool CodeCache::upgrade(std::shared_ptr<const CompiledCode> code) {
     if (it == memory_.end() || !better(*code, *it->second.code)) return false;
     memory_bytes_ -= it->second.code->code_bytes();
     memory_bytes_ += code->code_bytes();
-    // The old tier stays loaded while a caller holds it; its last holder unloads it.
+    // The old tier stays loaded while a caller holds it; its last holder unloads it. The new
+    // one is as recently used as the old.
+    code->touch(std::max(code->last_use(), it->second.code->last_use()));
     it->second.code = std::move(code);
+    changed();
     evict_memory_locked(it->first);
     return true;
 }
@@ -203,6 +204,7 @@ bool CodeCache::evict(const CodeHash& hash) {
     if (it == memory_.end()) return false;
     memory_bytes_ -= it->second.code->code_bytes();
     memory_.erase(it);
+    changed();
     return true;
 }
 
@@ -215,13 +217,12 @@ void CodeCache::evict_memory_locked(const CodeHash& keep) {
         auto victim = memory_.end();
         for (auto it = memory_.begin(); it != memory_.end(); ++it) {
             if (it->first == keep || it->second.code.use_count() > 1) continue;
-            if (victim == memory_.end() ||
-                it->second.last_use.load(std::memory_order_relaxed) < victim->second.last_use.load(std::memory_order_relaxed))
-                victim = it;
+            if (victim == memory_.end() || it->second.code->last_use() < victim->second.code->last_use()) victim = it;
         }
         if (victim == memory_.end()) return;
         memory_bytes_ -= victim->second.code->code_bytes();
         memory_.erase(victim);
+        changed();
     }
 }
 
@@ -236,7 +237,7 @@ std::vector<CachedCodeInfo> CodeCache::list() const {
             info.code_bytes = slot.code->code_bytes();
             info.tier = slot.code->stats().tier;
             info.last_use = std::chrono::steady_clock::time_point(
-                std::chrono::nanoseconds(slot.last_use.load(std::memory_order_relaxed)));
+                std::chrono::nanoseconds(slot.code->last_use()));
             info.in_use = slot.code.use_count() > 1;
             info.stats = slot.code->stats();
             out.push_back(std::move(info));

@@ -70,6 +70,8 @@ public:
     [[nodiscard]] std::vector<CachedCodeInfo> list() const;
     /// Bytes of code held (CompiledCode::code_bytes summed).
     [[nodiscard]] std::size_t memory_bytes() const;
+    /// Changes whenever the code held for some hash does (Jit::cache_generation).
+    [[nodiscard]] std::uint64_t generation() const noexcept { return generation_.load(std::memory_order_acquire); }
 
     // ---- disk: thread-safe ----
 
@@ -110,9 +112,7 @@ private:
         }
     };
     struct Slot {
-        std::shared_ptr<const CompiledCode> code;
-        /// Coarse monotonic nanoseconds of the last use; written under the shared lock.
-        mutable std::atomic<std::int64_t> last_use{0};
+        std::shared_ptr<const CompiledCode> code; ///< its last use: CompiledCode::last_use
     };
     struct DiskEntry {
         std::size_t bundle_bytes = 0;
@@ -131,6 +131,9 @@ private:
     mutable std::shared_mutex mutex_; // memory_, memory_bytes_
     std::unordered_map<CodeHash, Slot, HashHasher> memory_;
     std::size_t memory_bytes_ = 0;
+    /// Bumped (under the unique lock) by every change of the code memory_ holds.
+    std::atomic<std::uint64_t> generation_{0};
+    void changed() noexcept { generation_.fetch_add(1, std::memory_order_release); }
 
     mutable std::mutex disk_mutex_; // disk_, disk_bytes_
     std::map<CodeHash, DiskEntry> disk_;

@@ -110,6 +110,7 @@ public:
     }
 
     std::shared_ptr<const CompiledCode> find(const CodeHash& hash) const override { return cache_->find(hash); }
+    std::uint64_t cache_generation() const noexcept override { return cache_->generation(); }
 
     std::vector<CachedCodeInfo> cached() const override { return cache_->list(); }
 

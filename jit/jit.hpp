@@ -3,6 +3,7 @@
 // against an allow-list only, and keeps the result in a content-addressed cache (memory + disk).
 // No LLVM type appears here: jit/ converts llvm::Error to bitship::Error at its boundary.
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -170,6 +171,19 @@ public:
     [[nodiscard]] virtual const std::vector<std::byte>& bundle() const = 0;
     /// The memory its code and data occupy, bytes (the JIT linker's segments, page-rounded).
     [[nodiscard]] virtual std::size_t code_bytes() const = 0;
+
+    /// Marks it used at `now_ns` (the coarse monotonic clock): the memory cache evicts the
+    /// least recently used first. Any thread; written only when the clock moved, so the calls
+    /// of a burst do not all dirty the line.
+    void touch(std::int64_t now_ns) const noexcept {
+        if (last_use_.load(std::memory_order_relaxed) != now_ns) last_use_.store(now_ns, std::memory_order_relaxed);
+    }
+    [[nodiscard]] std::int64_t last_use() const noexcept { return last_use_.load(std::memory_order_relaxed); }
+
+private:
+    // Here, not in the cache's entry: a caller that holds the code (Agent's last call) marks it
+    // used without the cache's lock, and the entry may be gone by then.
+    mutable std::atomic<std::int64_t> last_use_{0};
 };
 
 /// One entry of the in-memory code cache, as an operator sees it (Jit::cached()).
@@ -207,6 +221,10 @@ public:
     /// Never touches the disk; a shared lock and a map lookup. Code a caller holds stays
     /// loaded however the cache changes meanwhile (tier swap, eviction).
     [[nodiscard]] virtual std::shared_ptr<const CompiledCode> find(const CodeHash& hash) const = 0;
+    /// Changes whenever the memory cache holds other code for some hash (a compile, a tier swap,
+    /// an eviction): while it has not changed, code found before is still what find() gives,
+    /// so a caller that keeps it may use it again without a lookup (touching it). One load.
+    [[nodiscard]] virtual std::uint64_t cache_generation() const noexcept = 0;
 
     /// Every entry of the memory cache, least recently used first.
     [[nodiscard]] virtual std::vector<CachedCodeInfo> cached() const = 0;

@@ -24,6 +24,7 @@
 #include <other_arch_kernels.hpp>
 #include <state_kernels.hpp>
 
+#include "core/wire.hpp"
 #include "launcher.hpp"
 #include "test_support.hpp"
 
@@ -70,6 +71,56 @@ TEST_CASE("an agent reports its background tier-1 compiles: pending after a firs
     CHECK(now["tier_ups_pending"] == 0);
     CHECK(now["tier_ups"] == 1);
     CHECK(now["last_compile_tier"] == 0); // the call's own compile was the fast one
+}
+
+namespace {
+// The agent's per-kernel stats (KERNEL_STATS), for `entry`.
+wire::KernelStat kernel_stat(Client& client, const Target& target, std::string_view entry) {
+    auto bytes = client.control(target, static_cast<std::uint8_t>(wire::Type::kernel_stats));
+    REQUIRE(bytes);
+    wire::Header h;
+    h.type = wire::Type::kernel_stats_reply;
+    h.payload_size = static_cast<std::uint32_t>(bytes->size());
+    auto msg = wire::decode(h, *bytes);
+    REQUIRE(msg);
+    for (const auto& k : std::get<wire::KernelStatsReply>(msg->body).kernels)
+        if (k.entry == entry) return k;
+    FAIL("no stats for kernel " << entry);
+    return {};
+}
+} // namespace
+
+TEST_CASE("back-to-back calls run the optimised code once it is swapped in, and code evicted meanwhile is fetched again",
+          "[integration]") {
+    // The agent runs a call to the code its last call ran without looking it up while its code
+    // cache changed nothing (Agent::Impl::cached_code): a tier swap, or an eviction, must end that.
+    // (Whether the first batch already ran the optimised code is a race with the tier-up.)
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO(transport);
+    AgentProcess agent(transport);
+    auto client = make_client(transport);
+    auto target = connect(client, agent);
+    INFO(agent.log());
+    auto add = [&](std::uint64_t a) { return client.ship(behaviour_kernels::add, target, a, std::uint64_t{1}).get_as<std::uint64_t>(); };
+    for (std::uint64_t i = 0; i < 20; ++i) REQUIRE(add(i) == i + 1); // the first compile, and its tier-0 code kept
+    auto idle = client.await_tier_ups(target, 20s);
+    REQUIRE(idle);
+    REQUIRE(*idle);
+    for (std::uint64_t i = 0; i < 20; ++i) REQUIRE(add(i) == i + 1);
+    auto stat = kernel_stat(client, target, "add");
+    CHECK(stat.compile_ns_first > 0);
+    CHECK(stat.compile_ns_optimised > 0); // a second code object ran: the optimised one
+    CHECK(stat.runs == 40);
+    // Evicted (xctl cache evict) between two back-to-back calls: the next call finds no code,
+    // asks for it (NEED_CODE), and runs it compiled again.
+    auto before = agent_counters(client, target);
+    REQUIRE(add(1) == 2u);
+    REQUIRE(client.control(target, static_cast<std::uint8_t>(wire::Type::cache_evict),
+                           wire::encode_cache_evict(0, stat.hash).payload));
+    REQUIRE(add(5) == 6u);
+    auto after = agent_counters(client, target);
+    CHECK(after["compiles"] > before["compiles"]);
+    CHECK(after["cache_hits"] == before["cache_hits"] + 1); // the call before the eviction only
 }
 
 TEST_CASE("a kernel's state goes on from call to call: its slice is compiled optimised at once and never swapped",

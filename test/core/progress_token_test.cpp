@@ -1,5 +1,5 @@
 // The progress token counts, per thread, the tokens it holds, so the agent's counts written with
-// a load and a store (agents/held_count.hpp) can assert they are written by the holder. Only
+// a load and a store (core/held_count.hpp) can assert they are written by the holder. Only
 // builds with assertions keep the count (the ASan build runs this test; others have no such test).
 
 #include "core/progress_token.hpp"

@@ -4,13 +4,13 @@
 // be a locked instruction, one of the costs of a cached call (6 ns alone on the reference VM,
 // far more in the middle of one). Readers on other threads read it relaxed as ever.
 
-#include "core/progress_token.hpp"
+#include "progress_token.hpp"
 
 #include <atomic>
 #include <cassert>
 #include <type_traits>
 
-namespace bitship::agent {
+namespace bitship {
 
 /// Adds `n` to `count`; call it only with the progress token held (wraps like fetch_add).
 /// Builds with assertions (the ASan one) check that the calling thread holds one.
@@ -20,4 +20,4 @@ template <class T> void add_held(std::atomic<T>& count, std::type_identity_t<T> 
     count.store(count.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
 }
 
-} // namespace bitship::agent
+} // namespace bitship
