@@ -326,7 +326,7 @@ ucs_status_t Engine::on_am(void* arg, const void* header, size_t header_length, 
             return UCS_OK;
         }
         if (eager) {
-            self->arrived_.push_back(Incoming{ep, *hdr, laid_out(am->prefix, bytes, am->suffix), std::move(*hold)});
+            self->arrived_.emplace_back(ep, *hdr, laid_out(am->prefix, bytes, am->suffix), std::move(*hold));
             return UCS_OK;
         }
         // Rendezvous: start the receive now, into `at`; the message is queued when it lands.

@@ -69,10 +69,21 @@ std::optional<std::string> passes(std::uint64_t w, std::uint64_t bytes, Applied 
 }
 } // namespace
 
+namespace {
+// Whether one more message of `bytes` stays within `limit` (passes() says which part does not).
+bool within(std::uint64_t w, std::uint64_t bytes, Applied limit) {
+    const auto held_bytes = InflightCount::bytes_of(w), held_messages = InflightCount::messages_of(w);
+    return held_messages + 1 <= limit.messages && (held_messages == 0 || held_bytes + bytes <= limit.bytes);
+}
+} // namespace
+
 Result<Hold> InflightLedger::admit(ucp_ep_h ep, std::uint64_t bytes) {
     if (!enabled()) return Hold{};
     auto* c = count_of(ep);
     const auto w = c->load();
+    // The common case, one check each: within both limits. The refusals below say why.
+    if (within(w, bytes, applied(budget_.per_peer)) && within(total_->load(), bytes, applied(budget_.total)))
+        return Hold{c, total_, bytes};
     if (auto over = passes(w, bytes, applied(budget_.per_peer)))
         return fail(
             Errc::busy,

@@ -18,8 +18,9 @@ build=${2:-build}
 for tool in valgrind callgrind_annotate python3; do
     command -v "$tool" >/dev/null || { echo "call_instructions: $tool not found (bash scripts/setup.sh)" >&2; exit 2; }
 done
+build=$(cd "$build" && pwd)
 bench="$build/bench/ship_latency"
-xagent="$PWD/$build/agents/xagent"
+xagent="$build/agents/xagent"
 [[ -x $bench && -x $xagent ]] || { echo "call_instructions: build $bench and $xagent first" >&2; exit 2; }
 
 if [[ -n ${KEEP:-} ]]; then
@@ -40,7 +41,7 @@ chmod +x "$out/xagent"
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
 run=(--transport shm --progress spin --cold-reps 0 --idle-reps 0 --reps "$reps" --warmup 2000
      --agent-arg=--sandbox-arena-gib --agent-arg=4)
-echo "call_instructions: $(git rev-parse --short HEAD 2>/dev/null || echo '?') | $reps pings and $reps cached ships (empty, 8 B), shm, spin | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "call_instructions: $build (commit $(git -C "$(dirname "$build")" rev-parse --short HEAD 2>/dev/null || echo '?')) | $reps pings and $reps cached ships (empty, 8 B), shm, spin | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 "$bench" "${run[@]}" --xagent "$out/xagent" >"$out/agent_run.txt" 2>&1 || { cat "$out/agent_run.txt"; exit 1; }
 valgrind --tool=callgrind --callgrind-out-file="$out/cg.client.%p" "$bench" "${run[@]}" >"$out/client_run.txt" 2>&1 ||
     { cat "$out/client_run.txt"; exit 1; }
@@ -93,7 +94,7 @@ table("client", [
     ("ping(): make and send a PING", "bitship::Client::ping("),
     ("Engine::on_am: a reply arrives (UCX callback)", "bitship::Engine::on_am("),
     ("Client on_message: a reply completes its call", "bitship::Client::Impl::on_message("),
-    ("Future::get: wait (progress passes included)", "bitship::Future::get() &&"),
+    ("Future::get: the wait (polls: varies run to run)", "bitship::Future::get() &&"),
 ])
 table("agent", [
     ("Engine::on_am: a message arrives (UCX callback)", "bitship::Engine::on_am("),
