@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/bulk_window.hpp"
+#include "core/spare_bytes.hpp"
 #include "regions.hpp"
 
 namespace {
@@ -34,6 +35,9 @@ int bs_reply(bs_ctx* ctx, const void* data, size_t len) {
         std::memcpy(ctx->slot.data(), bytes, len);
         ctx->in_slot = len;
     } else {
+        // Into the thread's spare message buffer (core/spare_bytes.hpp): the reply goes out as the
+        // RESULT's payload, which comes back there once sent.
+        if (ctx->reply.capacity() == 0 && len <= bitship::SpareBytes::kMaxKept) ctx->reply = bitship::SpareBytes::take();
         ctx->reply.assign(bytes, bytes + len); // (no zero-fill first, as resize would)
     }
     ctx->answered = true;

@@ -192,6 +192,7 @@ int main(int argc, char** argv) {
     bool no_recycle = false;
     options.flag("--no-recycle", no_recycle,
                  "each 1 MiB result a new vector (zero-filled, then received into), not one handed back (Client::recycle)");
+    options.add("--xagent", launch::AgentProcess::binary(), "the agent program to start (another build, for an A/B)");
     if (auto status = options.parse(argc, argv)) return *status;
     const bool recycle = !no_recycle;
     if (quick) {

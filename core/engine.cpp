@@ -481,7 +481,10 @@ Result<std::uint16_t> Engine::listen(const std::string& host, std::uint16_t port
 }
 
 void Engine::send(ucp_ep_h ep, wire::Encoded&& message) {
-    if (cork_depth_ > 0 && gather(ep, message)) return;
+    if (cork_depth_ > 0 && gather(ep, message)) {
+        SpareBytes::give(std::move(message.payload)); // copied into the BATCH: the next message's buffer
+        return;
+    }
     if (!gathered_.empty()) send_gathered(ep); // what was gathered for `ep` goes first
     send_now(ep, std::move(message));
 }
