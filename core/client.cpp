@@ -34,8 +34,7 @@ Client::~Client() {
     if (!impl_) return;
     {
         // Waiting callers stop leading (within kLeadSlice) and find no engine from now on.
-        std::unique_lock lock(impl_->progress->mutex);
-        impl_->progress->engine = nullptr;
+        impl_->progress->retire();
     }
     impl_->engine->post([impl = impl_.get()] { impl->shutdown(); });
     impl_->engine->stop();
@@ -68,7 +67,7 @@ Result<Client> Client::create(const ClientOptions& options) {
     auto engine = Engine::create(eo, std::move(hooks));
     if (!engine) return tl::make_unexpected(engine.error());
     impl->engine = std::move(*engine);
-    impl->progress->engine = impl->engine.get();
+    impl->progress->engine.store(impl->engine.get(), std::memory_order_seq_cst);
     impl->engine->start();
     return Client(std::move(impl));
 }

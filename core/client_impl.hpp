@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <shared_mutex>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -35,12 +36,37 @@ using Clock = std::chrono::steady_clock;
 
 namespace detail {
 
-/// The engine a waiting caller may lead, while its client lives: the client clears it (under
-/// the unique lock) before it stops the engine. Shared by the client and every call.
+/// The engine a waiting caller may lead, while its client lives: the client clears it, then
+/// waits for the callers using it to let go, before it stops the engine. Shared by the client
+/// and every call. A guard is two atomic adds (a shared_mutex's lock and unlock cost some 70
+/// instructions more on every wait, scripts/call_instructions.sh).
 struct ProgressHandle {
-    std::shared_mutex mutex;
-    Engine* engine = nullptr;
+    std::atomic<Engine*> engine{nullptr};
+    std::atomic<std::uint64_t> users{0}; ///< callers between use() and its end
     std::atomic<std::uint64_t> completed_by_waiter{0}, completed_by_background{0};
+
+    /// The engine while the client lives (null after), kept alive until the guard goes.
+    class Use {
+    public:
+        explicit Use(ProgressHandle& h) noexcept : h_(h) {
+            h_.users.fetch_add(1, std::memory_order_seq_cst);
+            engine_ = h_.engine.load(std::memory_order_seq_cst);
+        }
+        ~Use() { h_.users.fetch_sub(1, std::memory_order_release); }
+        Use(const Use&) = delete;
+        Use& operator=(const Use&) = delete;
+        [[nodiscard]] Engine* engine() const noexcept { return engine_; }
+
+    private:
+        ProgressHandle& h_;
+        Engine* engine_;
+    };
+    /// The client's end: no new use finds the engine, and the ones under way are over.
+    void retire() noexcept {
+        engine.store(nullptr, std::memory_order_seq_cst);
+        // (seq_cst, with the users' add then load: one of the two sees the other.)
+        while (users.load(std::memory_order_seq_cst) != 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
 };
 
 /// Set while this thread leads progress inside Future::wait_for.

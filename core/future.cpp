@@ -5,6 +5,7 @@
 #include "client_impl.hpp"
 
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -23,10 +24,10 @@ bool Future::ready() const noexcept {
     // within Engine::kDeepWait while callers come and go). The client's teardown holds the
     // mutex exclusively: then there is nothing to progress.
     if (s.progress) {
-        std::shared_lock alive(s.progress->mutex, std::try_to_lock);
-        if (alive.owns_lock() && s.progress->engine) {
+        detail::ProgressHandle::Use alive(*s.progress);
+        if (auto* engine = alive.engine()) {
             detail::t_waiter_leads = true; // what it completes counts as the caller's
-            s.progress->engine->poll_once();
+            engine->poll_once();
             detail::t_waiter_leads = false;
         }
     }
@@ -44,11 +45,11 @@ bool Future::wait_for(std::chrono::nanoseconds timeout) const {
     for (;; now = Clock::now()) {
         if (now >= until) return done();
         auto slice_end = std::min(until, now + kLeadSlice);
-        std::shared_lock alive(s.progress->mutex);
-        Engine* engine = s.progress->engine;
+        std::optional<detail::ProgressHandle::Use> alive(std::in_place, *s.progress);
+        Engine* engine = alive->engine();
         if (!engine) {
             // The client is gone; it failed every call it knew of. Nothing will progress.
-            alive.unlock();
+            alive.reset();
             if (done()) return true;
             std::this_thread::sleep_for(std::chrono::milliseconds(1));
             continue;
