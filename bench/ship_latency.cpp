@@ -247,18 +247,6 @@ int main(int argc, char** argv) {
                 rows.push_back({labels(tl, "raw_am_rtt"), ping_s, {}});
                 rows.push_back({labels(tl, "cached_ship"), cached_s, {}});
                 rows.push_back({labels(tl, "ping_code_sized"), transfer, {{"bytes", double(code_bytes)}}});
-                if (floor) {
-                    Summary bare;
-                    bare.n = 1;
-                    bare.median = bare.min = bare.max = bare.p99 = 2 * floor->latency_us;
-                    fmt::print("{:<5} {:<28} {:>10.2f}   (2 x one-way median; {})\n", tl, "bare UCX AM round trip", bare.median,
-                               floor->command);
-                    rows.push_back({labels(tl, "ucx_perftest_am_rtt"), bare, {{"one_way_us", floor->latency_us}}});
-                    double ratio = cached_s.median / bare.median;
-                    verdicts.push_back(fmt::format("{}: cached ship / bare UCX AM round trip (ucx_perftest) = {:.2f}x (target <= "
-                                                   "1.25x) {}",
-                                                   tl, ratio, ratio <= 1.25 ? "MET" : "MISSED"));
-                }
                 double ratio = cached_s.median / ping_s.median;
                 verdicts.push_back(fmt::format("{}: cached ship / bitship's own PING round trip = {:.2f}x", tl, ratio));
                 // After an idle spell: both sides past their spin window, asleep on their event fds.
@@ -272,6 +260,32 @@ int main(int argc, char** argv) {
                     print(tl, fmt::format("cached ship after {} ms idle", cfg.idle_ms), idle_s);
                     rows.push_back({labels(tl, "cached_ship_after_idle"), idle_s, {{"idle_ms", double(cfg.idle_ms)}}});
                 }
+            }
+            // The floor again, right after bitship's rows (the agent gone, so that no spinning
+            // thread of it shares the cores): a VM that changed state between the two (this one
+            // moves bare UCX 2-3x) shows, and the ratio is taken against the faster of the two.
+            std::optional<bench::PerftestResult> floor_after;
+            if (floor) floor_after = bench::run_perftest(*transport, "ucp_am_lat", 8, 200000, 20000);
+            if (floor && floor_after) {
+                auto bare_row = [&](const bench::PerftestResult& f, const char* when, const char* label) {
+                    Summary bare;
+                    bare.n = 1;
+                    bare.median = bare.min = bare.max = bare.p99 = 2 * f.latency_us;
+                    fmt::print("{:<5} {:<28} {:>10.2f}   (2 x one-way median, {}; {})\n", tl, "bare UCX AM round trip",
+                               bare.median, when, f.command);
+                    rows.push_back({labels(tl, label), bare, {{"one_way_us", f.latency_us}}});
+                    return bare.median;
+                };
+                const double before = bare_row(*floor, "before bitship's rows", "ucx_perftest_am_rtt");
+                const double after = bare_row(*floor_after, "after them", "ucx_perftest_am_rtt_after");
+                const double bare = std::min(before, after);
+                double ratio = cached_s.median / bare;
+                verdicts.push_back(fmt::format("{}: cached ship / bare UCX AM round trip (ucx_perftest, the faster of before "
+                                               "and after: {:.2f} / {:.2f} us) = {:.2f}x (target <= 1.25x) {}{}",
+                                               tl, before, after, ratio, ratio <= 1.25 ? "MET" : "MISSED",
+                                               std::max(before, after) > 1.25 * bare
+                                                   ? " (the floor moved between them: the machine changed state)"
+                                                   : ""));
             }
             if (cfg.cold_reps <= 0) { // no cold rows, and no verdicts on figures not measured
                 verdicts.push_back(fmt::format("{}: cold ship not measured (--cold-reps 0)", tl));
