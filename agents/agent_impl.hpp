@@ -210,6 +210,16 @@ struct Agent::Impl {
     std::unordered_map<ucp_ep_h, Handshake> handshaking;
     std::uint64_t next_conn = 1;
     std::uint64_t next_forward_id = 1;
+    /// Bumped whenever `connections` or `link_by_ep` change.
+    std::uint64_t routes_generation = 0;
+    /// The last message's sender when it was a client's admitted session: the next message from
+    /// the same endpoint skips the three lookups (link, connection, admission) while neither the
+    /// routes nor the gate's sessions changed since (a reused endpoint address is a new route).
+    struct LastSender {
+        ucp_ep_h ep = nullptr;
+        std::uint64_t conn = 0;
+        std::uint64_t routes = 0, sessions = 0;
+    } last_sender;
     /// The kernel the last call ran, found again without a lookup (the code's entry table and
     /// the stats table: about 340 instructions a call) when the next call names the same code
     /// object and entry, as back-to-back calls do. Compared by owner: `code` keeps its control

@@ -151,6 +151,7 @@ Link& Agent::Impl::link_to(const std::string& address) {
         }
         link.ep = *ep;
         link_by_ep[link.ep] = address;
+        ++routes_generation;
         engine->send(link.ep, wire::encode_hello("xagent " + this->address()));
     }
     return link;
@@ -211,7 +212,10 @@ void Agent::Impl::fail_link(Link& link, const Error& why) {
     link.known.clear();
     link.welcomed = false;
     link.auth_request = 0;
-    if (link.ep) link_by_ep.erase(link.ep);
+    if (link.ep) {
+        link_by_ep.erase(link.ep);
+        ++routes_generation;
+    }
     link.ep = nullptr;
 }
 } // namespace bitship::agent

@@ -11,6 +11,7 @@ SessionGate::SessionGate(AgentAccess access, std::vector<NamedKey> keys) : acces
 
 signing::Challenge SessionGate::open_session(std::uint64_t conn) {
     if (!keys_required()) return {};
+    ++sessions_generation_;
     // A second HELLO on a connection starts its session over: a fresh challenge, not admitted.
     auto& s = sessions_[conn];
     s = Session{};
@@ -30,6 +31,7 @@ Error SessionGate::refusal(std::uint64_t conn) const {
 
 Result<std::string> SessionGate::authenticate(std::uint64_t conn, const wire::Auth& auth, std::uint64_t instance) {
     if (!keys_required()) return std::string("(open access: no key needed)");
+    ++sessions_generation_;
     auto it = sessions_.find(conn);
     if (it == sessions_.end())
         return fail(Errc::unauthorized, "refused AUTH before HELLO: there is no challenge to sign yet");
@@ -63,6 +65,7 @@ Result<std::string> SessionGate::authenticate(std::uint64_t conn, const wire::Au
 
 std::size_t SessionGate::replace_keys(std::vector<NamedKey> keys) {
     ++keys_generation_;
+    ++sessions_generation_;
     keys_.clear();
     for (auto& k : keys) keys_.insert_or_assign(k.key, std::move(k.name));
     std::size_t lost = 0;

@@ -51,7 +51,10 @@ public:
     /// logged once.
     Result<std::string> authenticate(std::uint64_t conn, const wire::Auth& auth, std::uint64_t instance);
     /// The connection is gone.
-    void close(std::uint64_t conn) { sessions_.erase(conn); }
+    void close(std::uint64_t conn) {
+        ++sessions_generation_;
+        sessions_.erase(conn);
+    }
 
     /// The name of `key` when it is authorized, else nullptr.
     [[nodiscard]] const std::string* authorizes(const PublicKey& key) const {
@@ -63,6 +66,9 @@ public:
     /// Changes whenever the authorized set does: what was authorized under one generation is
     /// checked again under the next.
     [[nodiscard]] std::uint64_t keys_generation() const noexcept { return keys_generation_; }
+    /// Changes whenever a session may have been admitted or refused (HELLO, AUTH, a close, new
+    /// keys): an answer of admitted() is good until it changes.
+    [[nodiscard]] std::uint64_t sessions_generation() const noexcept { return sessions_generation_; }
 
     /// Refused keys logged once each, up to this many; after that, refusals are not logged.
     static constexpr std::size_t kMaxLoggedKeys = 4096;
@@ -80,6 +86,7 @@ private:
     AgentAccess access_;
     std::map<PublicKey, std::string> keys_;
     std::uint64_t keys_generation_ = 0;
+    std::uint64_t sessions_generation_ = 0;
     std::unordered_map<std::uint64_t, Session> sessions_;
     std::set<PublicKey> logged_;
 };

@@ -212,6 +212,12 @@ struct Client::Impl {
     // --- progress token -------------------------------------------------------------------
     std::unordered_map<std::uint64_t, Peer> peers;
     std::unordered_map<ucp_ep_h, std::uint64_t> peer_by_ep;
+    std::uint64_t routes_generation = 0; ///< bumped whenever peer_by_ep changes
+    struct LastPeer {
+        ucp_ep_h ep = nullptr;
+        Peer* peer = nullptr;
+        std::uint64_t routes = 0;
+    } last_peer; ///< peer_of's last answer, good while routes_generation is the same
     IdTable<std::shared_ptr<CallState>> pending; // calls in flight, by id
     // Hashes each agent address holds, kept across reconnects: a restarted agent that lost
     // them answers NEED_CODE and gets the code once.

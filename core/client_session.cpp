@@ -32,6 +32,7 @@ void Client::Impl::start_connect(Peer& p) {
     }
     p.ep = *ep;
     peer_by_ep[p.ep] = p.id;
+    ++routes_generation;
     engine->send(p.ep, wire::encode_hello(fmt::format("bitship-client pid {}", getpid()))); // its identity in xctl stats
 }
 
@@ -56,6 +57,7 @@ void Client::Impl::fail_peer(Peer& p, const Error& why) {
     p.refused.clear(); // failed above, with the calls in flight
     if (p.ep) {
         peer_by_ep.erase(p.ep);
+        ++routes_generation;
         p.ep = nullptr;
     }
     p.welcomed = false;
@@ -63,10 +65,15 @@ void Client::Impl::fail_peer(Peer& p, const Error& why) {
 }
 
 Peer* Client::Impl::peer_of(ucp_ep_h ep) {
+    // The last message's peer again, while no endpoint was added or dropped since (peers are
+    // never erased, so its address stays good).
+    if (ep != nullptr && ep == last_peer.ep && last_peer.routes == routes_generation) return last_peer.peer;
     auto it = peer_by_ep.find(ep);
     if (it == peer_by_ep.end()) return nullptr;
     auto p = peers.find(it->second);
-    return p == peers.end() ? nullptr : &p->second;
+    if (p == peers.end()) return nullptr;
+    last_peer = {ep, &p->second, routes_generation};
+    return &p->second;
 }
 
 void Client::Impl::on_welcome(Peer& p, const wire::Welcome& w) {
