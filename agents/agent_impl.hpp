@@ -69,7 +69,9 @@ struct CodeHashHasher {
 // A RUN in flight: the payload that `run`'s spans point into travels with it, and goes back
 // to `payload_home` (the engine's ReceiveBuffers) when the request is done with.
 struct RunRequest {
-    RunRequest() = default;
+    // Provided (not defaulted), so make_shared does not zero the whole request before the
+    // member initialisers run (every member has one).
+    RunRequest() {}
     RunRequest(const RunRequest&) = delete;
     RunRequest& operator=(const RunRequest&) = delete;
     ~RunRequest() {

@@ -76,6 +76,9 @@ inline thread_local bool t_waiter_leads = false;
 /// call completes. complete() is called once, by whoever progresses (or by the caller before
 /// the call was ever submitted).
 struct CallState {
+    // Provided, so that make_shared's value-initialisation runs the member initialisers alone
+    // and does not zero the whole object first (every member has an initialiser).
+    CallState() {}
     std::atomic<bool> done{false};
     mutable std::mutex mutex; ///< guards result
     // Read only once `done`; its message is left empty so that making a call allocates nothing here.
