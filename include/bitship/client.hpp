@@ -14,6 +14,7 @@
 /// @endcode
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -361,13 +362,16 @@ public:
     /// sees exactly sizeof(struct).
     template <class... Args> static Bytes pack_args(const Args&... args) {
         static_assert((std::is_trivially_copyable_v<Args> && ...), "kernel arguments must be trivially copyable");
-        Bytes packed;
-        (append_arg(packed, args), ...);
-        if constexpr (sizeof...(Args) > 0) {
-            constexpr std::size_t align = std::max({alignof(Args)...});
-            packed.resize((packed.size() + align - 1) / align * align);
+        if constexpr (sizeof...(Args) == 0) {
+            return {};
+        } else {
+            // The C struct's layout, worked out at compile time: one buffer, its padding zeroed.
+            constexpr auto layout = struct_layout<Args...>();
+            Bytes packed(layout.size);
+            std::size_t i = 0;
+            ((std::memcpy(packed.data() + layout.offsets[i++], &args, sizeof(Args))), ...);
+            return packed;
         }
-        return packed;
     }
     /// Runs `kernel` on `target` with raw argument bytes.
     Future ship_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options = {});
@@ -483,11 +487,20 @@ public:
 
 private:
     explicit Client(std::unique_ptr<Impl> impl);
-    template <class T> static void append_arg(Bytes& out, const T& v) {
-        // C struct layout: each member at the next offset aligned for it.
-        auto at = (out.size() + alignof(T) - 1) / alignof(T) * alignof(T);
-        out.resize(at + sizeof(T));
-        std::memcpy(out.data() + at, &v, sizeof(T));
+    template <std::size_t N> struct Layout {
+        std::array<std::size_t, N> offsets{};
+        std::size_t size = 0;
+    };
+    /// Where a C struct of members `Args...` puts each (the next offset aligned for it) and its
+    /// size (rounded up to its largest alignment).
+    template <class... Args> static constexpr Layout<sizeof...(Args)> struct_layout() {
+        Layout<sizeof...(Args)> out;
+        std::size_t at = 0, i = 0, align = 1;
+        ((at = (at + alignof(Args) - 1) / alignof(Args) * alignof(Args), out.offsets[i++] = at, at += sizeof(Args),
+          align = std::max(align, alignof(Args))),
+         ...);
+        out.size = (at + align - 1) / align * align;
+        return out;
     }
     std::unique_ptr<Impl> impl_;
 };

@@ -35,4 +35,26 @@ TEST_CASE("arguments are packed exactly as the C struct of them", "[unit]") {
     CHECK(bitship::Client::pack_args(3.0, 4.0).size() == 16);
 }
 
+struct Padded {
+    char a;
+    std::uint16_t b;
+    double c;
+    char d;
+};
+
+TEST_CASE("packed arguments put each member where the C struct does, padding zeroed", "[unit]") {
+    auto packed = bitship::Client::pack_args('x', std::uint16_t{0x1234}, 2.5, 'y');
+    REQUIRE(packed.size() == sizeof(Padded));
+    Padded p{};
+    std::memcpy(&p, packed.data(), sizeof p);
+    CHECK(p.a == 'x');
+    CHECK(p.b == 0x1234);
+    CHECK(p.c == 2.5);
+    CHECK(p.d == 'y');
+    // The bytes between and after the members are zero, as the old growth by resize left them.
+    for (std::size_t i : {std::size_t{1}, std::size_t{4}, std::size_t{5}, std::size_t{6}, std::size_t{7}})
+        CHECK(packed[i] == std::byte{0});
+    for (std::size_t i = offsetof(Padded, d) + 1; i < sizeof(Padded); ++i) CHECK(packed[i] == std::byte{0});
+}
+
 }  // namespace client_args_test_cpp
