@@ -35,6 +35,26 @@ wire::Encoded sample_run() {
 
 std::span<const std::byte> header_bytes(const wire::Header& h) { return std::as_bytes(std::span(&h, 1)); }
 
+// A file of the wire fuzzer's corpus (test/core/fuzz_corpus): a header and its payload as they
+// travel, the header checked.
+struct Seed {
+    std::vector<std::byte> bytes;
+    wire::Header header;
+    [[nodiscard]] std::span<const std::byte> payload() const { return std::span(bytes).subspan(sizeof(wire::Header)); }
+};
+Seed read_seed(const std::string& name) {
+    std::ifstream in(std::string(BITSHIP_WIRE_CORPUS) + "/" + name, std::ios::binary);
+    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    REQUIRE(chars.size() > sizeof(wire::Header));
+    Seed seed;
+    const auto b = std::as_bytes(std::span(chars));
+    seed.bytes.assign(b.begin(), b.end());
+    auto h = wire::decode_header(std::span(seed.bytes).first(sizeof(wire::Header)), seed.bytes.size() - sizeof(wire::Header));
+    REQUIRE(h);
+    seed.header = *h;
+    return seed;
+}
+
 } // namespace
 
 TEST_CASE("a RUN message survives encode and decode", "[unit]") {
@@ -251,15 +271,9 @@ TEST_CASE("compact RUNs that are cut, padded, flagged twice or name no entry are
 }
 
 TEST_CASE("the fuzz corpus' compact RUN seed is a valid compact RUN", "[unit]") {
-    std::ifstream in(BITSHIP_WIRE_CORPUS "/run_compact.bin", std::ios::binary);
-    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    REQUIRE(chars.size() > sizeof(wire::Header));
-    auto bytes = std::as_bytes(std::span(chars));
-    auto payload = bytes.subspan(sizeof(wire::Header));
-    auto h = wire::decode_header(bytes.first(sizeof(wire::Header)), payload.size());
-    REQUIRE(h);
-    CHECK(h->flags == wire::kFlagCompact);
-    auto m = wire::decode(*h, payload);
+    const auto seed = read_seed("run_compact.bin");
+    CHECK(seed.header.flags == wire::kFlagCompact);
+    auto m = wire::decode(seed.header, seed.payload());
     REQUIRE(m);
     const auto& r = std::get<wire::Run>(m->body);
     CHECK(r.entry == "empty");
@@ -477,14 +491,8 @@ TEST_CASE("a capabilities block claiming more NUMA nodes than bytes, or an unkno
 TEST_CASE("the fuzz corpus' WELCOME seed is a valid WELCOME with every capability field", "[unit]") {
     // The seed the wire fuzzer starts from (test/core/fuzz_corpus/seed_welcome_caps): header +
     // payload as they travel, so mutations reach each capability field.
-    std::ifstream in(BITSHIP_WIRE_CORPUS "/seed_welcome_caps", std::ios::binary);
-    std::vector<char> chars((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    REQUIRE(chars.size() > sizeof(wire::Header));
-    auto bytes = std::as_bytes(std::span(chars));
-    auto payload = bytes.subspan(sizeof(wire::Header));
-    auto h = wire::decode_header(bytes.first(sizeof(wire::Header)), payload.size());
-    REQUIRE(h);
-    auto m = wire::decode(*h, payload);
+    const auto seed = read_seed("seed_welcome_caps");
+    auto m = wire::decode(seed.header, seed.payload());
     REQUIRE(m);
     const auto& w = std::get<wire::Welcome>(m->body);
     CHECK(w.caps.kind == NodeKind::dpu);
