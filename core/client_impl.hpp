@@ -228,6 +228,16 @@ struct Client::Impl {
     // The same for calls that may forward, which carry every slice of their bundle.
     std::map<std::pair<std::string, const void*>, std::set<CodeHash>> known_whole;
     std::map<std::pair<CodeHash, std::size_t>, Result<SliceChoice>> forced_slices;
+    /// The slices chosen so far, by what the choice depends on: the bundle (its storage), the
+    /// device asked for, the agent's triple and whether it runs GPU kernels (choose_slice).
+    struct SharedSliceKey {
+        const void* bundle;
+        Device device;
+        std::string triple;
+        bool gpus;
+        auto operator<=>(const SharedSliceKey&) const = default;
+    };
+    std::map<SharedSliceKey, SliceChoice> slice_by_triple;
     std::map<std::pair<std::uint64_t, std::string>, RemoteRegion> regions;
     std::map<CodeHash, Signature> code_signatures; ///< the author's, made once per hash
     std::map<std::pair<ucp_ep_h, const Bytes*>, MappedRkey> rkeys;
@@ -266,6 +276,8 @@ struct Client::Impl {
     void submit(const std::shared_ptr<CallState>& c);
     void dispatch(Peer& p, const std::shared_ptr<CallState>& c);
     const Result<SliceChoice>& choose_slice(const CallState& c, Peer& p);
+    // The slice `c` takes for `p` (or why none), worked out: the bundle parsed, the slice copied.
+    Result<SliceChoice> compute_slice(const CallState& c, const Peer& p) const;
     void send_run(Peer& p, const std::shared_ptr<CallState>& c, bool with_code);
     void send_run_message(Peer& p, const std::shared_ptr<CallState>& c, std::span<const std::byte> code);
 

@@ -142,6 +142,26 @@ TEST_CASE("a kernel's state goes on from call to call: its slice is compiled opt
     CHECK(client.ship(state_kernels::count_calls, target).get_as<std::uint64_t>() == std::uint64_t{4});
 }
 
+TEST_CASE("a second agent of the same triple takes the slice the first one did, and each gets it once", "[integration]") {
+    // The client chooses a bundle's slice once per triple (Client::Impl::slice_by_triple), not
+    // once per agent: the second agent's first call carries the same code, its own hash.
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO(transport);
+    AgentProcess a(transport), b(transport);
+    auto client = make_client(transport);
+    auto ta = connect(client, a), tb = connect(client, b);
+    for (std::uint64_t i = 0; i < 3; ++i) {
+        REQUIRE(client.ship(behaviour_kernels::add, ta, i, std::uint64_t{1}).get_as<std::uint64_t>() == i + 1);
+        REQUIRE(client.ship(behaviour_kernels::add, tb, i, std::uint64_t{2}).get_as<std::uint64_t>() == i + 2);
+    }
+    CHECK(client.stats().bundles_sent == 2);
+    for (const auto* t : {&ta, &tb}) {
+        auto c = agent_counters(client, *t);
+        CHECK(c["code_received"] == 1);
+        CHECK(c["compiles"] == 1);
+    }
+}
+
 TEST_CASE("a cached kernel is not resent", "[integration]") {
     auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
     AgentProcess agent(transport);
