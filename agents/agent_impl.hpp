@@ -39,6 +39,7 @@
 #include "cycle_clock.hpp"
 #include "kernel_guard.hpp"
 #include "kernel_stats.hpp"
+#include "last_call.hpp"
 #include "load_gauge.hpp"
 #include "log_limiter.hpp"
 #include "kernel_sandbox.hpp"
@@ -214,39 +215,9 @@ struct Agent::Impl {
     std::uint64_t next_forward_id = 1;
     /// Bumped whenever `connections` or `link_by_ep` change.
     std::uint64_t routes_generation = 0;
-    /// The last message's sender when it was a client's admitted session: the next message from
-    /// the same endpoint skips the three lookups (link, connection, admission) while neither the
-    /// routes nor the gate's sessions changed since (a reused endpoint address is a new route).
-    struct LastSender {
-        ucp_ep_h ep = nullptr;
-        std::uint64_t conn = 0;
-        std::uint64_t routes = 0, sessions = 0;
-    } last_sender;
-    /// The kernel the last call ran, found again without a lookup (the code's entry table and
-    /// the stats table: about 340 instructions a call) when the next call names the same code
-    /// object and entry, as back-to-back calls do. Compared by owner: `code` keeps its control
-    /// block, so no other code object can take its place, and not the code (nor its cache
-    /// entry's use count, which eviction reads) alive.
-    /// The code admit_code last admitted (signed by an author authorized in the gate's
-    /// `keys` generation): the next call to it, carrying no signatures, is admitted so again.
-    struct LastAdmitted {
-        CodeHash hash{};
-        std::uint64_t keys = 0;
-        bool valid = false;
-    } last_admitted;
-    struct LastEntry {
-        /// jit->cache_generation() when it was kept: while it is the same, the cache holds
-        /// `code` for `hash` still, and a call to `hash` runs it without a lookup (cached_code).
-        std::uint64_t generation = kNoGeneration;
-        CodeHash hash{};
-        std::weak_ptr<const jit::CompiledCode> code;
-        [[nodiscard]] bool same_code(const std::shared_ptr<const jit::CompiledCode>& c) const noexcept {
-            return !code.owner_before(c) && !c.owner_before(code) && c;
-        }
-        std::string entry;
-        bs_entry_fn fn = nullptr;
-        KernelStats::KernelSlot* stats = nullptr;
-    } last_entry;
+    LastSender last_sender;     ///< last_call.hpp: what the next call skips looking up
+    LastAdmitted last_admitted;
+    LastEntry last_entry;
     // Requests waiting for a compile of their hash that is already under way: a first compile
     // (which may hold only the kernel its call named), and one of the slice whole, started by a
     // call whose kernel the first left out. Apart, because the first one's code may already be
@@ -360,10 +331,9 @@ struct Agent::Impl {
     void start_compile(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> held);
     void on_compiled(const CodeHash& hash, bool whole, Result<std::shared_ptr<const jit::CompiledCode>> code);
     /// Runs `r` on `code`. `generation`: jit->cache_generation() read before `code` was found in
-    /// the cache (kept with it as the last call's, LastEntry); kNoGeneration when it was not.
+    /// the cache (kept with it as the last call's, LastEntry); kNoCacheGeneration when it was not.
     void run_compiled(std::shared_ptr<RunRequest> r, std::shared_ptr<const jit::CompiledCode> code,
-                      std::uint64_t generation = kNoGeneration);
-    static constexpr std::uint64_t kNoGeneration = ~std::uint64_t{0};
+                      std::uint64_t generation = kNoCacheGeneration);
     /// The code held for `hash` (jit->find), the last call's again when the cache's
     /// `generation` (read by the caller, before) is the one it was found in.
     std::shared_ptr<const jit::CompiledCode> cached_code(const CodeHash& hash, std::uint64_t generation);

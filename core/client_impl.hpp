@@ -18,7 +18,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <shared_mutex>
 #include <thread>
 #include <unordered_map>
 

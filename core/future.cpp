@@ -21,8 +21,8 @@ bool Future::ready() const noexcept {
     auto& s = *state_;
     if (s.done.load(std::memory_order_acquire)) return true;
     // The poller progresses, as a waiter does: nobody else may (the engine's thread looks only
-    // within Engine::kDeepWait while callers come and go). The client's teardown holds the
-    // mutex exclusively: then there is nothing to progress.
+    // within Engine::kDeepWait while callers come and go). Once the client's teardown began
+    // (ProgressHandle::retire), the guard finds no engine: then there is nothing to progress.
     if (s.progress) {
         detail::ProgressHandle::Use alive(*s.progress);
         if (auto* engine = alive.engine()) {

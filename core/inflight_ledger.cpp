@@ -56,24 +56,19 @@ Applied applied(const InflightLimits& l) {
             l.messages != 0 ? std::min(l.messages, kMessagesRoom) : kMessagesRoom};
 }
 
-// Which of `limit` one more message of `bytes` would pass, if any. One message larger than
-// the whole byte budget still goes when nothing else is held: the message-size limit, not this
-// one, says whether it may be that large.
-std::optional<std::string> passes(std::uint64_t w, std::uint64_t bytes, Applied limit) {
-    const auto held_bytes = InflightCount::bytes_of(w),
-               held_messages = InflightCount::messages_of(w);
-    if (held_messages + 1 > limit.messages) return fmt::format("{} messages", limit.messages);
-    if (held_messages != 0 && held_bytes + bytes > limit.bytes)
-        return fmt::format("{} bytes, and this message has {}", limit.bytes, bytes);
-    return std::nullopt;
-}
-} // namespace
-
-namespace {
-// Whether one more message of `bytes` stays within `limit` (passes() says which part does not).
+// Whether one more message of `bytes` stays within `limit`. One message larger than the whole
+// byte budget still goes when nothing else is held: the message-size limit, not this one, says
+// whether it may be that large.
 bool within(std::uint64_t w, std::uint64_t bytes, Applied limit) {
     const auto held_bytes = InflightCount::bytes_of(w), held_messages = InflightCount::messages_of(w);
     return held_messages + 1 <= limit.messages && (held_messages == 0 || held_bytes + bytes <= limit.bytes);
+}
+
+// Which of `limit` one more message of `bytes` would pass, if any (the refusal's words).
+std::optional<std::string> passes(std::uint64_t w, std::uint64_t bytes, Applied limit) {
+    if (within(w, bytes, limit)) return std::nullopt;
+    if (InflightCount::messages_of(w) + 1 > limit.messages) return fmt::format("{} messages", limit.messages);
+    return fmt::format("{} bytes, and this message has {}", limit.bytes, bytes);
 }
 } // namespace
 

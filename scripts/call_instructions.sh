@@ -31,14 +31,14 @@ else
     out=$(mktemp -d /tmp/bitship-callgrind-XXXXXX)
     trap 'rm -rf "$out"' EXIT
 fi
-# The agent under callgrind, started by ship_latency through this wrapper. Its sandbox arena
-# is made small: valgrind cannot reserve the default 64 GiB of address space.
+# The agent under callgrind, started by ship_latency through this wrapper.
 cat >"$out/xagent" <<EOF
 #!/bin/sh
 exec valgrind --tool=callgrind --callgrind-out-file=$out/cg.agent.%p "$xagent" "\$@"
 EOF
 chmod +x "$out/xagent"
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+# The agents' sandbox arena made small: valgrind cannot reserve the default 64 GiB of address space.
 run=(--transport shm --progress spin --cold-reps 0 --idle-reps 0 --reps "$reps" --warmup 2000
      --agent-arg=--sandbox-arena-gib --agent-arg=4)
 echo "call_instructions: $build (commit $(git -C "$(dirname "$build")" rev-parse --short HEAD 2>/dev/null || echo '?')) | $reps pings and $reps cached ships (empty, 8 B), shm, spin | $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
