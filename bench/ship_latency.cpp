@@ -41,6 +41,9 @@
 
 namespace {
 
+/// The bulk call that opens a session's bulk window (over kWindowArgsMin, 32 KiB).
+constexpr std::size_t kBulkArgs = 64 << 10;
+
 using namespace bitship;
 using bench::Row;
 using bench::Summary;
@@ -259,6 +262,18 @@ int main(int argc, char** argv) {
                     auto idle_s = bench::summarise(idle);
                     print(tl, fmt::format("cached ship after {} ms idle", cfg.idle_ms), idle_s);
                     rows.push_back({labels(tl, "cached_ship_after_idle"), idle_s, {{"idle_ms", double(cfg.idle_ms)}}});
+                }
+                // The same small call once the session has moved bulk data: over shared memory it
+                // then has a bulk window (core/bulk_window.hpp), which a small call must not pay for.
+                if (cfg.bulk_window) {
+                    Bytes bulk(kBulkArgs);
+                    must(client.ship_bytes(bench_kernels::xor_bytes, *target, bulk).get(), "bulk call");
+                    std::vector<double> after_bulk;
+                    for (int i = 0; i < cfg.warmup; ++i) ship();
+                    for (int i = 0; i < cfg.reps; ++i) after_bulk.push_back(time_calls(0, 1, ship)[0]);
+                    auto s = bench::summarise(after_bulk);
+                    print(tl, "cached ship after a bulk call", s);
+                    rows.push_back({labels(tl, "cached_ship_after_bulk"), s, {{"bulk_bytes", double(kBulkArgs)}}});
                 }
             }
             // The floor again, right after bitship's rows (the agent gone, so that no spinning

@@ -251,6 +251,7 @@ ClientStats Client::stats() const {
     ClientStats s;
     s.runs_sent = impl_->runs_sent.load();
     s.split_runs_sent = impl_->split_runs_sent.load();
+    s.compact_runs_sent = impl_->compact_runs_sent.load();
     s.bundles_sent = impl_->bundles_sent.load();
     s.bundle_bytes_sent = impl_->bundle_bytes_sent.load();
     s.need_code_received = impl_->need_code_received.load();

@@ -234,8 +234,11 @@ void Client::Impl::send_run_message(Peer& p, const std::shared_ptr<CallState>& c
     if (run.args.size() >= kBorrowedArgsMin && p.reads_split) {
         engine->send(p.ep, wire::encode_run_borrowing_args(c->id, run, std::shared_ptr<const void>(c, run.args.data())));
         add_held(split_runs_sent);
-    } else
-        engine->send(p.ep, wire::encode_run(c->id, run, p.reads_compact));
+    } else {
+        auto message = wire::encode_run(c->id, run, p.reads_compact);
+        if (message.header.flags & wire::kFlagCompact) add_held(compact_runs_sent);
+        engine->send(p.ep, std::move(message));
+    }
     add_held(runs_sent);
     pending[c->id] = c;
 }

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -206,7 +207,7 @@ struct Client::Impl {
     std::atomic<std::uint64_t> next_id{1};
     std::atomic<std::uint64_t> next_peer{1};
 
-    std::atomic<std::uint64_t> runs_sent{0}, split_runs_sent{0}, bundles_sent{0}, bundle_bytes_sent{0}, need_code_received{0}, reconnects{0};
+    std::atomic<std::uint64_t> runs_sent{0}, split_runs_sent{0}, compact_runs_sent{0}, bundles_sent{0}, bundle_bytes_sent{0}, need_code_received{0}, reconnects{0};
     std::atomic<std::uint64_t> stray_replies{0};
     std::atomic<std::uint64_t> busy_resends{0};
     AgentLoadTable loads; ///< what each target's replies said of its load (any thread)
@@ -241,6 +242,16 @@ struct Client::Impl {
     std::map<CodeHash, Signature> code_signatures; ///< the author's, made once per hash
     std::map<std::pair<ucp_ep_h, const Bytes*>, MappedRkey> rkeys;
     std::uint64_t window_generations = 0;
+    /// Kernels (code hash and entry) that have answered kWindowResultMin bytes or more: a call
+    /// to one of them with small arguments is still offered a window slot for its result
+    /// (offer_window). Other small calls take none and go in the compact RUN.
+    struct ByKernel {
+        using is_transparent = void;
+        template <class A, class B> bool operator()(const A& a, const B& b) const {
+            return std::tie(a.first, a.second) < std::tie(b.first, b.second);
+        }
+    };
+    std::set<std::pair<CodeHash, std::string>, ByKernel> large_results;
 
     std::string agent_name(const Peer& p) const { return fmt::format("agent {}", p.address); }
 
@@ -301,6 +312,7 @@ struct Client::Impl {
     // ones) its arguments, which it copies there; `run` says so.
     void offer_window(Peer& p, CallState& c, wire::Run& run);
     // A RESULT in the window: its bytes, when they lie in the slot `c` offered.
+    bool wants_slot(const CallState& c, std::size_t args) const;
     Result<Bytes> window_result(Peer& p, const CallState& c, const wire::WindowSpan& where);
     // `c` was answered: its slot is free for the next call.
     void give_back_slot(Peer& p, CallState& c);

@@ -155,6 +155,8 @@ void Client::Impl::on_result(Peer& p, const std::shared_ptr<CallState>& c, Incom
     // A session asks for its window with its first bulk call or result (ask_window); a group's
     // answers never go through one.
     if (!window && !c->each && in.payload.size() >= kWindowResultMin) ask_window(p);
+    if (c->kind == Kind::run && !c->each && (window || in.payload.size() >= kWindowResultMin))
+        large_results.emplace(c->hash, c->entry);
     Result<Bytes> bytes = window ? window_result(p, *c, *window) : Result<Bytes>(std::move(in.payload));
     if (bytes && c->kind == Kind::get && bytes->size() != c->length) // a GPU region's read
         bytes = fail(Errc::malformed_message, fmt::format("{} answered a read of {} bytes of GPU region '{}' with {}",

@@ -251,6 +251,9 @@ struct ClientStats {
     /// Of those, RUNs whose arguments (16 KiB or more) went from the call's buffer uncopied, as
     /// split messages: only to agents whose WELCOME says they read them.
     std::uint64_t split_runs_sent = 0;
+    /// Of those, RUNs in the compact form: direct calls (no code, hops, signatures or bulk
+    /// window slot) to agents whose WELCOME says they read it.
+    std::uint64_t compact_runs_sent = 0;
     std::uint64_t bundles_sent = 0;       ///< RUN messages that carried code
     std::uint64_t bundle_bytes_sent = 0;  ///< bytes of code sent
     std::uint64_t need_code_received = 0; ///< times an agent asked for code

@@ -11,6 +11,7 @@
 
 #include <bitship/client.hpp>
 #include <behaviour_kernels.hpp>
+#include <bulk_kernels.hpp>
 
 #include "core/bulk_window.hpp"
 #include "core/memory_reuse.hpp"
@@ -91,6 +92,48 @@ TEST_CASE("a result that fits its call's window slot is written there by bs_repl
     CHECK(after.at("window_results") - before.at("window_results") == 2);
     // Arguments go through the slot up to its size, past it in the message.
     CHECK(after.at("window_args") - before.at("window_args") == 1);
+}
+
+TEST_CASE("once a session has a bulk window, small calls take no slot and go compact, and a kernel that has answered a "
+          "large result gets a slot for its next ones",
+          "[integration]") {
+    AgentProcess agent("shm");
+    auto client = make_client("shm");
+    auto t = client.connect(agent.address());
+    REQUIRE(t);
+    REQUIRE(echo_sizes(client, *t, {1 << 16}) == 1); // the window is there from here on
+    auto add = [&](std::uint64_t a) {
+        auto r = client.ship(behaviour_kernels::add, *t, a, std::uint64_t{1}).get_as<std::uint64_t>();
+        REQUIRE(r);
+        CHECK(*r == a + 1);
+    };
+    add(1); // its code goes with the first call (the full RUN form)
+    const auto compact_before = client.stats().compact_runs_sent;
+    for (std::uint64_t i = 0; i < 4; ++i) add(i);
+    CHECK(client.stats().compact_runs_sent - compact_before == 4);
+
+    // Small arguments, a 64 KiB result: the kernel's first one comes in the message (nothing
+    // said it would be large), and teaches the client to offer a slot to its later calls.
+    auto many_bytes = [&](std::uint64_t n) {
+        auto r = client.ship(bulk_kernels::many_bytes, *t, n).get();
+        INFO((r ? "" : r.error().describe()));
+        REQUIRE(r);
+        REQUIRE(r->size() == n);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < n; ++i) wrong += (*r)[i] != static_cast<std::byte>(i);
+        CHECK(wrong == 0);
+    };
+    const auto before = agent_counters(client, *t);
+    many_bytes(1 << 16);
+    CHECK(agent_counters(client, *t).at("window_results") == before.at("window_results"));
+    const auto compact_between = client.stats().compact_runs_sent;
+    many_bytes(1 << 16);
+    many_bytes(1 << 17);
+    CHECK(agent_counters(client, *t).at("window_results") - before.at("window_results") == 2);
+    CHECK(client.stats().compact_runs_sent == compact_between); // a slot: the full RUN form
+    // Small calls to other kernels still take none.
+    add(5);
+    CHECK(client.stats().compact_runs_sent == compact_between + 1);
 }
 
 TEST_CASE("more bulk calls in flight than window slots each get their own bytes back", "[integration]") {
