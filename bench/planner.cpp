@@ -143,26 +143,32 @@ double run_us(Planner& planner, Op& op, std::uint64_t size, Strategy s, const By
 }
 
 // Every timed run starts with the agents awake and their JIT idle, as the planner's
-// calibration runs do: an
-// untimed empty native call to each just before (a walk of no hops: it goes through a worker,
-// as every strategy but GET does, where a ping is answered by the progress thread alone).
-// Otherwise whichever strategy follows a GET over mapped memory (which never wakes an agent)
-// pays the agents' wake-up and the next does not. What a call after an idle spell costs is
-// bench/ship_latency's row.
+// calibration runs do (back to back, so each finds the agents within the spin window the run
+// before left them in): an untimed empty native call to each (a walk of no hops: it goes
+// through a worker, as every strategy but GET does, where a ping is answered by the progress
+// thread alone) at a point's first run and after a run that touched no agent (a GET over
+// mapped memory), when they may have gone to sleep. Not before every run: the empty calls
+// leave every agent spinning at once, and with four agents and the client on two cores the
+// run after them took 2-4x what it takes in steady use, which is what the planner models
+// (tcp x 4 cached reduce and filter: 30-70 us a run against 13-15). What a call after an
+// idle spell costs is bench/ship_latency's row.
 void awaken(Client& client, const std::vector<Target>& agents) {
-    // And with no background tier-1 compile left from a cold run: on two cores it would slow
-    // whatever runs next.
+    for (unsigned i = 0; i < agents.size(); ++i) {
+        const bs_chase_args none{ChaseList::address_of(i, 0), 0, 0};
+        if (auto r = client.ship_native("chase", agents[i], Client::pack_args(none)).get(); !r)
+            throw std::runtime_error(fmt::format("waking {}: {}", agents[i].info().address, r.error().describe()));
+    }
+}
+
+// No background tier-1 compile left from a cold run: on two cores it would slow whatever runs
+// next. Before each run of the cold rows (where every shipping run compiles).
+void await_compiles(Client& client, const std::vector<Target>& agents) {
     const auto until = Clock::now() + std::chrono::seconds(2);
     for (const auto& a : agents) {
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
         auto idle = client.await_tier_ups(a, std::max(left, std::chrono::milliseconds(0)));
         if (!idle && idle.error().code != Errc::unsupported_version)
             throw std::runtime_error(fmt::format("stats of {}: {}", a.info().address, idle.error().describe()));
-    }
-    for (unsigned i = 0; i < agents.size(); ++i) {
-        const bs_chase_args none{ChaseList::address_of(i, 0), 0, 0};
-        if (auto r = client.ship_native("chase", agents[i], Client::pack_args(none)).get(); !r)
-            throw std::runtime_error(fmt::format("waking {}: {}", agents[i].info().address, r.error().describe()));
     }
 }
 
@@ -256,7 +262,8 @@ int main(int argc, char** argv) {
     fmt::print("planner: {} | ops {} | transports {} | agents {} | code {} | load {}\n"
                "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
                "  busy = a second client keeps {} call(s) of a {}-turn kernel in flight to {}; agents: 1 worker each;\n"
-               "  every answer checked against the op's own; each timed run starts with the agents awake (an empty native call each);\n"
+               "  every answer checked against the op's own; each timed run starts with the agents awake (an empty native call each\n"
+               "  at a point's first run and after a GET over mapped memory; before every cold run, after their compiles end);\n"
                "  each rep runs every strategy and the planner in turn, in an order shuffled each rep (cold code: GET and\n"
                "  native first, then the planner, then the strategies that compile, so a compile's cache sweep is theirs);\n"
                "  progress {} (client and agents); wisdom {}\n\n",
@@ -400,6 +407,10 @@ int main(int argc, char** argv) {
                                     std::stable_sort(turns.begin(), turns.end(),
                                                      [&](std::size_t a, std::size_t b) { return phase(a) < phase(b); });
                                 }
+                                // The planner's turn may touch no agent either (it may choose GET): after
+                                // it, the agents are woken as after a GET.
+                                bool may_sleep = true;
+                                const bool mapped = planner->link().mapped;
                                 for (const std::size_t turn : turns) {
                                     const bool planners = turn == all.size();
                                     if (cold && (planners || ships_code(all[turn]))) {
@@ -408,7 +419,9 @@ int main(int argc, char** argv) {
                                         // would learn it as one, and count it as the owner's queue.
                                         planner->code_evicted(o);
                                     }
-                                    awaken(client, agents);
+                                    if (cold) await_compiles(client, agents);
+                                    if (cold || may_sleep) awaken(client, agents);
+                                    may_sleep = mapped && (planners || all[turn] == Strategy::get);
                                     if (!planners) {
                                         samples[all[turn]].push_back(run_us(*planner, o, size, all[turn], want));
                                         continue;
