@@ -415,8 +415,7 @@ struct Planner::Impl {
         st.cached = true;
         // 2. Timed runs across the range, each strategy's after one untimed run: the runs
         //    before it may have let the agents fall asleep (a GET over mapped memory never wakes
-        //    one), and the first runs after that paid the wake-up (on the test VM a native
-        //    chase's fit took a fixed 11.6 us from them, where steady use pays 0.1).
+        //    one), and its first timed runs would pay the wake-up into the fit's fixed cost.
         for (auto s : st.strategies) {
             auto& samples = st.samples[index_of(s)];
             samples.clear();
