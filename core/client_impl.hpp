@@ -308,10 +308,11 @@ struct Client::Impl {
     void on_window_reply(Peer& p, const wire::Message& reply);
     // The session is over: the window with it (calls holding slots are failed by then).
     void drop_window(Peer& p);
-    // Gives call `c` a slot of the peer's window, if it wants one and one is free, for its result and (large
-    // ones) its arguments, which it copies there; `run` says so.
+    // Gives call `c` a slot of the peer's window, if it wants one and one is free, for its
+    // result and (large ones) its arguments, which it copies there; `run` says so.
     void offer_window(Peer& p, CallState& c, wire::Run& run);
-    // Whether `c`, with `args` bytes of arguments, wants a slot: bulk arguments, or a kernel in large_results.
+    // Whether `c`, with `args` bytes of arguments, wants a slot: bulk arguments, or a kernel
+    // in large_results.
     bool wants_slot(const CallState& c, std::size_t args) const;
     // A RESULT in the window: its bytes, when they lie in the slot `c` offered.
     Result<Bytes> window_result(Peer& p, const CallState& c, const wire::WindowSpan& where);
