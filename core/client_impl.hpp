@@ -13,6 +13,7 @@
 
 #include <bitship/client.hpp>
 
+#include <array>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -101,8 +102,15 @@ struct CallState {
     std::string entry;
     Bytes args;
     std::shared_ptr<const Bytes> shared_args; ///< Client::ship_shared: the RUN's arguments, uncopied
-    /// A RUN's arguments: `shared_args` if the caller shared them, else `args`.
+    /// Client::ship_small: a RUN's few bytes of arguments, kept here (`small_size` of them)
+    /// instead of in a buffer of their own.
+    std::array<std::byte, 64> small_args;
+    std::uint8_t small_size = 0;
+    bool small = false;
+    /// A RUN's arguments: `shared_args` if the caller shared them, `small_args` if they are
+    /// small, else `args`.
     [[nodiscard]] std::span<const std::byte> run_args() const noexcept {
+        if (small) return {small_args.data(), small_size};
         return shared_args ? std::span<const std::byte>(*shared_args) : std::span<const std::byte>(args);
     }
     CodeHash hash{};

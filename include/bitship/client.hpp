@@ -352,13 +352,25 @@ public:
 
     /// Runs `kernel` on `target` with `args` laid out as a C struct of those members.
     template <class... Args> Future ship(const Kernel& kernel, const Target& target, const Args&... args) {
-        return ship_bytes(kernel, target, pack_args(args...));
+        return ship(kernel, target, ShipOptions{}, args...);
     }
 
     /// ship() with options: a peer table to forward through, a hop budget.
     template <class... Args>
     Future ship(const Kernel& kernel, const Target& target, const ShipOptions& options, const Args&... args) {
-        return ship_bytes(kernel, target, pack_args(args...), options);
+        static_assert((std::is_trivially_copyable_v<Args> && ...), "kernel arguments must be trivially copyable");
+        if constexpr (sizeof...(Args) == 0) {
+            return ship_small(kernel, target, {}, options);
+        } else if constexpr (struct_layout<Args...>().size <= kSmallArgs) {
+            // Laid out here and copied into the call's own state: no buffer of their own.
+            constexpr auto layout = struct_layout<Args...>();
+            std::array<std::byte, layout.size> packed{};
+            std::size_t i = 0;
+            ((std::memcpy(packed.data() + layout.offsets[i++], &args, sizeof(Args))), ...);
+            return ship_small(kernel, target, packed, options);
+        } else {
+            return ship_bytes(kernel, target, pack_args(args...), options);
+        }
     }
 
     /// `args` laid out as a C struct of those members, tail padding included, so the kernel
@@ -490,6 +502,10 @@ public:
 
 private:
     explicit Client(std::unique_ptr<Impl> impl);
+    /// Arguments of at most this many bytes travel in the call's state (ship_small).
+    static constexpr std::size_t kSmallArgs = 64;
+    /// ship_bytes for `args` of at most kSmallArgs bytes, copied into the call's state.
+    Future ship_small(const Kernel& kernel, const Target& target, std::span<const std::byte> args, const ShipOptions& options);
     template <std::size_t N> struct Layout {
         std::array<std::size_t, N> offsets{};
         std::size_t size = 0;
