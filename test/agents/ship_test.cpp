@@ -52,6 +52,34 @@ TEST_CASE("a shipped kernel returns the right result", "[integration]") {
     CHECK(*sum == 42);
 }
 
+TEST_CASE("ship() arguments arrive as the C struct of their members, small ones (kept in the call) and larger ones alike",
+          "[integration]") {
+    AgentProcess agent("shm");
+    auto client = make_client("shm");
+    auto target = connect(client, agent);
+    auto echoed = [&](auto... args) {
+        auto r = client.ship(behaviour_kernels::echo, target, args...).get();
+        INFO((r ? "" : r.error().describe()));
+        REQUIRE(r);
+        CHECK(*r == Client::pack_args(args...));
+        return r->size();
+    };
+    CHECK(echoed() == 0);
+    // Padding between and after members, zeroed: {u8, u64, u16} is 24 bytes.
+    CHECK(echoed(std::uint8_t{0xab}, std::uint64_t{0x1122334455667788}, std::uint16_t{0xcdef}) == 24);
+    std::array<std::uint64_t, 8> eight{};
+    std::array<std::uint64_t, 9> nine{};
+    for (std::size_t i = 0; i < nine.size(); ++i) nine[i] = (i + 1) * 0x0101010101010101ull;
+    std::copy_n(nine.begin(), eight.size(), eight.begin());
+    CHECK(echoed(eight) == 64); // the most a call keeps in its state
+    CHECK(echoed(nine) == 72);  // one word more: a buffer of their own
+    CHECK(echoed(eight, std::uint32_t{7}) == 72);
+    // With options too (a peer table of one: the full RUN form).
+    auto r = client.ship(behaviour_kernels::echo, target, ShipOptions{.peers = {target}}, eight).get();
+    REQUIRE(r);
+    CHECK(*r == Client::pack_args(eight));
+}
+
 TEST_CASE("an agent reports its background tier-1 compiles: pending after a first call, then finished", "[integration]") {
     AgentProcess agent("tcp");
     auto client = make_client("tcp");
