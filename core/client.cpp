@@ -165,7 +165,7 @@ Future Client::ship_small(const Kernel& kernel, const Target& target, std::span<
     if (args.size() > kSmallArgs) return ship_bytes(kernel, target, Bytes(args.begin(), args.end()), options);
     auto c = impl_->prepare_run(kernel, target, {}, options);
     static_assert(sizeof(c->small_args) == kSmallArgs && kSmallArgs <= 0xff);
-    std::memcpy(c->small_args.data(), args.data(), args.size());
+    if (!args.empty()) std::memcpy(c->small_args.data(), args.data(), args.size()); // (no arguments: no pointer)
     c->small_size = static_cast<std::uint8_t>(args.size());
     c->small = true;
     if (!c->done.load(std::memory_order_relaxed)) impl_->submit_from_caller(c);
