@@ -161,13 +161,19 @@ Future Client::ship_bytes(const Kernel& kernel, const Target& target, Bytes args
     return Future(c);
 }
 
-Future Client::ship_small(const Kernel& kernel, const Target& target, std::span<const std::byte> args, const ShipOptions& options) {
-    if (args.size() > kSmallArgs) return ship_bytes(kernel, target, Bytes(args.begin(), args.end()), options);
-    auto c = impl_->prepare_run(kernel, target, {}, options);
-    static_assert(sizeof(c->small_args) == kSmallArgs && kSmallArgs <= 0xff);
+std::shared_ptr<CallState> Client::Impl::prepare_small_run(const Kernel& kernel, const Target& target, std::span<const std::byte> args,
+                                                           const ShipOptions& options) {
+    if (args.size() > sizeof(CallState::small_args)) return prepare_run(kernel, target, Bytes(args.begin(), args.end()), options);
+    auto c = prepare_run(kernel, target, {}, options);
     if (!args.empty()) std::memcpy(c->small_args.data(), args.data(), args.size()); // (no arguments: no pointer)
     c->small_size = static_cast<std::uint8_t>(args.size());
     c->small = true;
+    return c;
+}
+
+Future Client::ship_small(const Kernel& kernel, const Target& target, std::span<const std::byte> args, const ShipOptions& options) {
+    static_assert(sizeof(CallState::small_args) == kSmallArgs && kSmallArgs <= 0xff);
+    auto c = impl_->prepare_small_run(kernel, target, args, options);
     if (!c->done.load(std::memory_order_relaxed)) impl_->submit_from_caller(c);
     return Future(c);
 }
@@ -184,6 +190,10 @@ Batch Client::batch() { return Batch(impl_.get()); }
 
 void Batch::add_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options) {
     calls_.push_back(impl_->prepare_run(kernel, target, std::move(args), options));
+}
+
+void Batch::add_small(const Kernel& kernel, const Target& target, std::span<const std::byte> args) {
+    calls_.push_back(impl_->prepare_small_run(kernel, target, args, {}));
 }
 
 std::vector<Future> Batch::submit() {

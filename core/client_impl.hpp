@@ -267,6 +267,9 @@ struct Client::Impl {
     std::shared_ptr<CallState> new_call(std::uint64_t peer, Kind kind);
     /// Any thread: a RUN call for `kernel`, not yet submitted (completed already when invalid).
     std::shared_ptr<CallState> prepare_run(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options);
+    /// prepare_run, with `args` copied into the call's state when they fit (CallState::small_args).
+    std::shared_ptr<CallState> prepare_small_run(const Kernel& kernel, const Target& target, std::span<const std::byte> args,
+                                                 const ShipOptions& options);
     /// Any thread: submits `c` on the calling thread when it can take the progress token at
     /// once (no thread hand-off), else hands it to whoever progresses.
     void submit_from_caller(const std::shared_ptr<CallState>& c);

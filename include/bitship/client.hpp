@@ -358,19 +358,8 @@ public:
     /// ship() with options: a peer table to forward through, a hop budget.
     template <class... Args>
     Future ship(const Kernel& kernel, const Target& target, const ShipOptions& options, const Args&... args) {
-        static_assert((std::is_trivially_copyable_v<Args> && ...), "kernel arguments must be trivially copyable");
-        if constexpr (sizeof...(Args) == 0) {
-            return ship_small(kernel, target, {}, options);
-        } else if constexpr (struct_layout<Args...>().size <= kSmallArgs) {
-            // Laid out here and copied into the call's own state: no buffer of their own.
-            constexpr auto layout = struct_layout<Args...>();
-            std::array<std::byte, layout.size> packed{};
-            std::size_t i = 0;
-            ((std::memcpy(packed.data() + layout.offsets[i++], &args, sizeof(Args))), ...);
-            return ship_small(kernel, target, packed, options);
-        } else {
-            return ship_bytes(kernel, target, pack_args(args...), options);
-        }
+        return packed([&](std::span<const std::byte> small) { return ship_small(kernel, target, small, options); },
+                      [&](Bytes large) { return ship_bytes(kernel, target, std::move(large), options); }, args...);
     }
 
     /// `args` laid out as a C struct of those members, tail padding included, so the kernel
@@ -502,10 +491,29 @@ public:
 
 private:
     explicit Client(std::unique_ptr<Impl> impl);
+    friend class Batch;
     /// Arguments of at most this many bytes travel in the call's state (ship_small).
     static constexpr std::size_t kSmallArgs = 64;
     /// ship_bytes for `args` of at most kSmallArgs bytes, copied into the call's state.
     Future ship_small(const Kernel& kernel, const Target& target, std::span<const std::byte> args, const ShipOptions& options);
+    /// `args` laid out as pack_args does: `small(span)` with them on the stack when they take
+    /// at most kSmallArgs bytes (the call copies them into its state: no buffer of their own),
+    /// else `large(Bytes)`.
+    template <class Small, class Large, class... Args>
+    static decltype(auto) packed(Small&& small, Large&& large, const Args&... args) {
+        static_assert((std::is_trivially_copyable_v<Args> && ...), "kernel arguments must be trivially copyable");
+        if constexpr (sizeof...(Args) == 0) {
+            return small(std::span<const std::byte>{});
+        } else if constexpr (struct_layout<Args...>().size <= kSmallArgs) {
+            constexpr auto layout = struct_layout<Args...>();
+            std::array<std::byte, layout.size> bytes{};
+            std::size_t i = 0;
+            ((std::memcpy(bytes.data() + layout.offsets[i++], &args, sizeof(Args))), ...);
+            return small(std::span<const std::byte>(bytes));
+        } else {
+            return large(pack_args(args...));
+        }
+    }
     template <std::size_t N> struct Layout {
         std::array<std::size_t, N> offsets{};
         std::size_t size = 0;
@@ -541,7 +549,8 @@ class Batch {
 public:
     /// Prepares a call of `kernel` on `target` with `args` laid out as a C struct.
     template <class... Args> void add(const Kernel& kernel, const Target& target, const Args&... args) {
-        add_bytes(kernel, target, Client::pack_args(args...));
+        Client::packed([&](std::span<const std::byte> small) { add_small(kernel, target, small); },
+                       [&](Bytes large) { add_bytes(kernel, target, std::move(large)); }, args...);
     }
     /// Prepares a call with raw argument bytes.
     void add_bytes(const Kernel& kernel, const Target& target, Bytes args, const ShipOptions& options = {});
@@ -552,6 +561,8 @@ public:
 private:
     friend class Client;
     explicit Batch(Client::Impl* impl) : impl_(impl) {}
+    /// add_bytes for arguments of at most Client::kSmallArgs bytes, kept in the call's state.
+    void add_small(const Kernel& kernel, const Target& target, std::span<const std::byte> args);
     Client::Impl* impl_;
     std::vector<std::shared_ptr<detail::CallState>> calls_;
 };

@@ -78,6 +78,21 @@ TEST_CASE("ship() arguments arrive as the C struct of their members, small ones 
     auto r = client.ship(behaviour_kernels::echo, target, ShipOptions{.peers = {target}}, eight).get();
     REQUIRE(r);
     CHECK(*r == Client::pack_args(eight));
+    // And through a Batch, the same way.
+    auto batch = client.batch();
+    batch.add(behaviour_kernels::echo, target);
+    batch.add(behaviour_kernels::echo, target, std::uint8_t{1}, std::uint64_t{2});
+    batch.add(behaviour_kernels::echo, target, eight);
+    batch.add(behaviour_kernels::echo, target, nine);
+    const std::vector<Bytes> want{{}, Client::pack_args(std::uint8_t{1}, std::uint64_t{2}), Client::pack_args(eight),
+                                  Client::pack_args(nine)};
+    auto answers = batch.submit();
+    REQUIRE(answers.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+        auto a = answers[i].get();
+        REQUIRE(a);
+        CHECK(*a == want[i]);
+    }
 }
 
 TEST_CASE("an agent reports its background tier-1 compiles: pending after a first call, then finished", "[integration]") {
