@@ -102,8 +102,8 @@ struct CallState {
     std::string entry;
     Bytes args;
     std::shared_ptr<const Bytes> shared_args; ///< Client::ship_shared: the RUN's arguments, uncopied
-    /// Client::ship_small: a RUN's few bytes of arguments, kept here (`small_size` of them)
-    /// instead of in a buffer of their own.
+    /// A RUN's few bytes of arguments (Client::ship_small, Batch::add_small: prepare_small_run),
+    /// kept here (`small_size` of them) instead of in a buffer of their own.
     std::array<std::byte, 64> small_args;
     std::uint8_t small_size = 0;
     bool small = false;
