@@ -370,10 +370,8 @@ public:
             return {};
         } else {
             // The C struct's layout, worked out at compile time: one buffer, its padding zeroed.
-            constexpr auto layout = struct_layout<Args...>();
-            Bytes packed(layout.size);
-            std::size_t i = 0;
-            ((std::memcpy(packed.data() + layout.offsets[i++], &args, sizeof(Args))), ...);
+            Bytes packed(struct_layout<Args...>().size);
+            lay_out(packed.data(), args...);
             return packed;
         }
     }
@@ -505,14 +503,19 @@ private:
         if constexpr (sizeof...(Args) == 0) {
             return small(std::span<const std::byte>{});
         } else if constexpr (struct_layout<Args...>().size <= kSmallArgs) {
-            constexpr auto layout = struct_layout<Args...>();
-            std::array<std::byte, layout.size> bytes{};
-            std::size_t i = 0;
-            ((std::memcpy(bytes.data() + layout.offsets[i++], &args, sizeof(Args))), ...);
+            std::array<std::byte, struct_layout<Args...>().size> bytes{};
+            lay_out(bytes.data(), args...);
             return small(std::span<const std::byte>(bytes));
         } else {
             return large(pack_args(args...));
         }
+    }
+    /// Writes `args` at their C struct offsets into `out` (struct_layout's size, zeroed: the
+    /// padding stays zero).
+    template <class... Args> static void lay_out(std::byte* out, const Args&... args) {
+        constexpr auto layout = struct_layout<Args...>();
+        std::size_t i = 0;
+        ((std::memcpy(out + layout.offsets[i++], &args, sizeof(Args))), ...);
     }
     template <std::size_t N> struct Layout {
         std::array<std::size_t, N> offsets{};
