@@ -161,7 +161,7 @@ void awaken(Client& client, const std::vector<Target>& agents) {
 }
 
 // No background tier-1 compile left from a cold run: on two cores it would slow whatever runs
-// next. Before each run of the cold rows (where every shipping run compiles).
+// next. In the cold rows, before each run that compiles and the run after it.
 void await_compiles(Client& client, const std::vector<Target>& agents) {
     const auto until = Clock::now() + std::chrono::seconds(2);
     for (const auto& a : agents) {
@@ -263,7 +263,8 @@ int main(int argc, char** argv) {
                "  {} runs per strategy per point ({} cold), sizes over {} octaves each side of each predicted crossover;\n"
                "  busy = a second client keeps {} call(s) of a {}-turn kernel in flight to {}; agents: 1 worker each;\n"
                "  every answer checked against the op's own; each timed run starts with the agents awake (an empty native call each\n"
-               "  at a point's first run and after a GET over mapped memory; before every cold run, after their compiles end);\n"
+               "  at a point's first run and after a GET over mapped memory; with cold code, after the compiles end, awaited\n"
+               "  before and after each run that compiles);\n"
                "  each rep runs every strategy and the planner in turn, in an order shuffled each rep (cold code: GET and\n"
                "  native first, then the planner, then the strategies that compile, so a compile's cache sweep is theirs);\n"
                "  progress {} (client and agents); wisdom {}\n\n",
@@ -410,17 +411,32 @@ int main(int argc, char** argv) {
                                 // The planner's turn may touch no agent either (it may choose GET): after
                                 // it, the agents are woken as after a GET.
                                 bool may_sleep = true;
+                                // With cold code, the agents' compiles are awaited (and the agents woken
+                                // after the wait) only where one may run: before the point's first run
+                                // (the previous point's shipping runs compiled last) and around each run
+                                // that compiles. GET and native runs then go back to back, as in the
+                                // cached rows and the calibration: awaited and woken before each of
+                                // them, they took 2-6x their cached-row time over TCP with four agents
+                                // (filter at 1-16384 items: 50-300 us against 12-140), and the planner
+                                // read those late runs as the owner's queue and pushed its choice back
+                                // to GET (bench/results/planner_cold_turns_ab_20261202.txt).
+                                bool compiling = cold;
                                 const bool mapped = planner->link().mapped;
                                 for (const std::size_t turn : turns) {
                                     const bool planners = turn == all.size();
-                                    if (cold && (planners || ships_code(all[turn]))) {
+                                    const bool compiles = cold && (planners || ships_code(all[turn]));
+                                    if (compiles) {
                                         if (auto e = evict(client, agents, o); !e) throw std::runtime_error(e.error().describe());
                                         // Told, or the planner takes this compile for a cached run's time: it
                                         // would learn it as one, and count it as the owner's queue.
                                         planner->code_evicted(o);
                                     }
-                                    if (cold) await_compiles(client, agents);
-                                    if (cold || may_sleep) awaken(client, agents);
+                                    if (compiling || compiles) {
+                                        await_compiles(client, agents);
+                                        may_sleep = true;
+                                    }
+                                    if (may_sleep) awaken(client, agents);
+                                    compiling = compiles;
                                     may_sleep = mapped && (planners || all[turn] == Strategy::get);
                                     if (!planners) {
                                         samples[all[turn]].push_back(run_us(*planner, o, size, all[turn], want));
