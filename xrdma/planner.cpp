@@ -487,20 +487,26 @@ struct Planner::Impl {
         }
         if (predicted > 0) rec.ratio.add(actual_ns / predicted);
         if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
+        // Loaded: the owner reported a full house, or its queue is inferred from late runs
+        // (update_lateness). Such a run does not teach the model, which is the unloaded agent's
+        // (the queue is added apart): learnt, a background load's runs (8x a GET over TCP beside
+        // a busy worker) refit it, and the runs after the load ended were planned from it
+        // (bench/results/planner_learn_ab_20261202.txt).
+        const bool loaded = owner_full || wait > 0;
         // Looked at every 8 runs: a median costs a sort.
-        if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, owner_full, actual_ns);
+        if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, loaded, actual_ns);
         const bool slow = rec.ratio.count() >= options.slow_window && rec.ratio.p50() >= options.slow_factor;
         if (slow && !rec.flagged) ++stats.slow_flags;
         if (slow && !rec.flagged)
             spdlog::warn("planner: agent {} runs {:.2f}× slower than predicted (median of its last {} runs)",
                          agents.front().info().address, rec.ratio.p50(), std::min<std::size_t>(rec.ratio.count(), 64));
         rec.flagged = slow;
-        learn(st, size, s, cached_before, owner_full, actual_ns);
+        learn(st, size, s, cached_before, loaded, actual_ns);
     }
 
-    /// Only unloaded, cached runs teach the model.
-    void learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool owner_full, double actual_ns) {
-        if (owner_full || (ships_code(s) && !cached_before)) return;
+    /// Only unloaded (`loaded`: record()'s), cached runs teach the model.
+    void learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool loaded, double actual_ns) {
+        if (loaded || (ships_code(s) && !cached_before)) return;
         push_sample(st.samples[index_of(s)], {size, actual_ns});
         if (options.refit_every == 0 || ++st.runs_since_refit < options.refit_every) return;
         st.runs_since_refit = 0;
