@@ -1,6 +1,7 @@
 #include "client_impl.hpp"
 #include "coarse_clock.hpp"
 #include "memory_reuse.hpp"
+#include "recycling_allocator.hpp"
 
 #include <algorithm>
 #include <thread>
@@ -10,7 +11,8 @@
 namespace bitship {
 
 std::shared_ptr<CallState> Client::Impl::new_call(std::uint64_t peer, Kind kind) {
-    auto c = std::make_shared<CallState>();
+    // Recycled: a call is most often made and let go on one thread (the caller's).
+    auto c = std::allocate_shared<CallState>(RecyclingAllocator<CallState>{});
     c->id = next_id.fetch_add(1, std::memory_order_relaxed);
     c->peer = peer;
     c->kind = kind;
