@@ -138,6 +138,8 @@ int main(int argc, char** argv) {
             Bytes eight(8);
             auto ping = [&] { must(client.ping(target, eight).get(), "ping"); };
             auto ship = [&] { must(client.ship(bench_kernels::empty, target, arg).get(), "cached ship"); };
+            // A kernel that answers 8 bytes: the result the caller is handed is a buffer of its own.
+            auto ship_inc = [&] { must(client.ship(bench_kernels::inc, target, arg).get(), "cached ship with a result"); };
             auto ship_batch = [&] {
                 auto b = client.batch();
                 for (std::size_t i = 0; i < batch; ++i) b.add(bench_kernels::empty, target, arg);
@@ -151,6 +153,7 @@ int main(int argc, char** argv) {
             };
             const std::vector<Kind> kinds{{"raw_am_rtt", "raw AM round trip", ping, 1},
                                           {"cached_ship", "cached ship (empty, 8 B)", ship, 1},
+                                          {"cached_ship_result", "cached ship, 8 B result", ship_inc, 1},
                                           {"cached_batch", fmt::format("cached ship, batch {}", batch), ship_batch,
                                            static_cast<int>(batch)}};
             for (const auto& k : kinds) {

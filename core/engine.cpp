@@ -85,6 +85,9 @@ socklen_t sockaddr_len(const sockaddr_storage& s) {
 // A payload made of three parts, copied as it is made (no zero-fill first): a split message's
 // prefix, data and suffix, or (empty data) the fields around landed arguments.
 std::vector<std::byte> laid_out(std::span<const std::byte> a, std::span<const std::byte> b, std::span<const std::byte> c) {
+    // An empty payload (a kernel that answers nothing) needs no buffer: taken, the thread's
+    // kept one would leave with the caller's result, and its next message would allocate.
+    if (a.empty() && b.empty() && c.empty()) return {};
     auto out = SpareBytes::take();
     if (a.empty() && c.empty()) { // a plain message: its data alone
         out.assign(b.begin(), b.end());

@@ -129,7 +129,7 @@ TEST_CASE("a message written field by field reads back the same whatever its siz
 }
 
 TEST_CASE("a thread's spare message buffer is taken again empty, and large ones are not kept") {
-    auto drop = SpareBytes::take(); // whatever this thread kept before
+    for (std::size_t i = 0; i < SpareBytes::kKeptBuffers; ++i) SpareBytes::take(); // whatever this thread kept before
     std::vector<std::byte> small(200, std::byte{1});
     const auto* at = small.data();
     SpareBytes::give(std::move(small));
@@ -139,6 +139,16 @@ TEST_CASE("a thread's spare message buffer is taken again empty, and large ones 
     CHECK(again.capacity() >= 200);
     CHECK(SpareBytes::take().capacity() == 0); // taken once
     SpareBytes::give(std::vector<std::byte>(SpareBytes::kMaxKept + 1));
+    CHECK(SpareBytes::take().capacity() == 0);
+    // Two are kept, the roomier taken first; a third (smaller than both) is freed.
+    std::vector<std::byte> a(100), b(300), c(50);
+    const auto* a_at = a.data();
+    const auto* b_at = b.data();
+    SpareBytes::give(std::move(a));
+    SpareBytes::give(std::move(b));
+    SpareBytes::give(std::move(c));
+    CHECK(SpareBytes::take().data() == b_at);
+    CHECK(SpareBytes::take().data() == a_at);
     CHECK(SpareBytes::take().capacity() == 0);
     // A writer on this thread starts from the kept buffer.
     SpareBytes::give(std::move(again));

@@ -35,7 +35,7 @@ TEST_CASE("a recycled block serves the same thread's next allocation, and holds 
     CHECK(second->items == std::vector<int>{1, 2, 3}); // constructed again, not left over
 }
 
-TEST_CASE("a thread keeps at most kKept blocks; more in flight at once come from the heap and go back", "[unit]") {
+TEST_CASE("a thread keeps at most kKept blocks, and more in flight at once come from the heap and go back", "[unit]") {
     constexpr unsigned kKept = RecyclingAllocator<Request>::kKept;
     std::vector<std::shared_ptr<Request>> live;
     for (unsigned i = 0; i < 3 * kKept; ++i) live.push_back(make(static_cast<int>(i)));
