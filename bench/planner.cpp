@@ -24,6 +24,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <spdlog/cfg/env.h>
 
 #include <bitship/client.hpp>
 #include <planner_load_kernels.hpp>
@@ -222,6 +223,7 @@ std::optional<double> measured_crossover(const std::vector<Point*>& row, Strateg
 } // namespace
 
 int main(int argc, char** argv) {
+    spdlog::cfg::load_env_levels(); // SPDLOG_LEVEL=debug: the planner's calibration medians and fits
     bench::Options options{"The placement planner against an oracle (every strategy forced) over a grid"};
     Config cfg;
     bool quick = false;

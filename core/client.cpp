@@ -51,6 +51,7 @@ Result<Client> Client::create(const ClientOptions& options) {
     eo.mode = options.progress;
     eo.spin = options.spin;
     eo.loopback_only = options.loopback_only;
+    eo.shared_yields_after_wake = CoreSharing::kSharedYieldsAfterWakeCaller;
     if (options.keep_freed_memory) keep_freed_memory(eo.max_message);
     auto* raw = impl.get();
     EngineHooks hooks;

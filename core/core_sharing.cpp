@@ -11,7 +11,7 @@ bool CoreSharing::yielded(std::chrono::steady_clock::duration off_core, std::chr
         woke_ = false;
         return false;
     }
-    if (woke_ && ++shared_ >= kSharedYieldsAfterWake) {
+    if (woke_ && ++shared_ >= after_wake_) {
         woke_ = false;
         shared_ = 0;
         last_move_ = now;

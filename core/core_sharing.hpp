@@ -43,6 +43,22 @@ public:
     /// vCPU has to be woken) and the calls after it run at 1-2 µs (bench/after_idle; 2 or 3
     /// only delay the move by as many calls).
     static constexpr unsigned kSharedYieldsAfterWake = 1;
+    /// The same for a client's waiting caller (ClientOptions feeds EngineOptions): more than an
+    /// agent's, so that of a pair woken beside each other one moves. After an idle spell both
+    /// sleep (the first call outlasts the spin window), both are woken by the other, and with
+    /// one shared yield each both saw theirs before either had gone and both moved, to the
+    /// same other core where there are two: they then shared that one at 11 µs a round trip
+    /// over shared memory (42 over TCP) until kMoveEvery had passed, the whole of a short
+    /// burst (bench/after_idle after 100 ms idle: calls 6-12 at 11.5 µs; after 20 ms, when the
+    /// first call does not outlast the spin and only the agent has slept, 1.5). The agent's
+    /// leader yields in the pair's every round trip too: it moves at its first, and the
+    /// caller's next yield is alone. A coin for either to move again after such a collision
+    /// thrashed instead: every move costs 50-500 µs here (the other vCPU wakes), which made
+    /// calls outlast the spin window, sleep, wake and move again.
+    static constexpr unsigned kSharedYieldsAfterWakeCaller = 3;
+
+    explicit CoreSharing(unsigned shared_yields_after_wake = kSharedYieldsAfterWake) noexcept
+        : after_wake_(shared_yields_after_wake < 1 ? 1 : shared_yields_after_wake) {}
 
     /// The polling thread woke from a sleep (Engine::sleep_until_event).
     void woke() noexcept {
@@ -51,6 +67,7 @@ public:
     }
 
 private:
+    unsigned after_wake_;
     unsigned shared_ = 0;
     bool woke_ = false;
     std::chrono::steady_clock::time_point last_move_{};

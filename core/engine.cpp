@@ -165,7 +165,7 @@ std::string_view to_string(ProgressMode m) noexcept {
 // token, and a guest (an agent's worker, a waiting caller) may lead before that thread starts.
 Engine::Engine(const EngineOptions& options, EngineHooks hooks)
     : options_(options), hooks_(std::move(hooks)), last_event_(Clock::now()), last_tick_(last_event_),
-      now_(last_event_), inflight_(options.inflight) {}
+      now_(last_event_), core_sharing_(options.shared_yields_after_wake), inflight_(options.inflight) {}
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineOptions& options, EngineHooks hooks) {
     std::unique_ptr<Engine> engine(new Engine(options, std::move(hooks)));

@@ -57,6 +57,9 @@ struct EngineOptions {
     /// past it, messages are refused with Errc::busy before any buffer is allocated. None by
     /// default (a client's).
     InflightBudget inflight;
+    /// Shared yields after a wake-up that move a polling thread (CoreSharing): an agent's 1, a
+    /// client's kSharedYieldsAfterWakeCaller, so that of the pair one moves.
+    unsigned shared_yields_after_wake = CoreSharing::kSharedYieldsAfterWake;
 };
 
 /// Memory a split RUN's arguments may land in instead of the message's payload
