@@ -20,6 +20,7 @@ export PATH=$PATH:/usr/sbin
 work=$(mktemp -d)
 chmod 700 "$work"
 pids=()
+jobs=()
 step=
 cleanup() {
   [[ -n $step ]] && kill -KILL "$step" 2>/dev/null || true
@@ -31,6 +32,9 @@ cleanup() {
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   sleep 0.2
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  # A job's step daemon is not slurmd's child (it is reparented to init) and may outlive slurmd
+  # (after the srun SIGKILL of step 4 one stayed behind, asleep, for good): ours by job id.
+  for j in "${jobs[@]}"; do pkill -KILL -f "^slurmstepd: \[$j\." 2>/dev/null || true; done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -112,6 +116,7 @@ start_job() {
   [[ -s $peers ]] || { echo "no peers file within 30 s"; logs; exit 1; }
   [[ $(grep -vc '^#' "$peers") -eq $n ]] || { echo "peers file does not list $n agents"; cat "$peers"; exit 1; }
   job=$(squeue -h -o %i | head -1)
+  [[ -n $job ]] && jobs+=("$job")
   tasks=$(scontrol listpids "$job" 2>/dev/null | awk 'NR > 1 && $1 ~ /^[0-9]+$/ {print $1}')
   [[ -n $job && -n $tasks ]] || { echo "squeue/scontrol show no job or task"; logs; exit 1; }
 }
