@@ -402,42 +402,27 @@ struct Planner::Impl {
         return {};
     }
 
-    /// Every strategy at sizes across the range; the fits; the first call's extra cost.
-    Result<void> calibrate(OpState& st) {
+    /// Calibration's step 2: timed runs across the range, and the fits. At each size the
+    /// strategies take turns, a run each a round (the order rotated every round), and each
+    /// strategy's median at that size is its sample. One strategy's runs back to back let a
+    /// spell of slow calls fall on it alone: on a host with few cores, a client's caller and an
+    /// agent's leader that share a core (core_sharing.hpp) make every call 4-11 µs over shared
+    /// memory instead of 2 for a few dozen calls, and the fixed cost of whichever strategy ran
+    /// then read 4-10 µs too high (shm × 1, reduce and filter: xrdma's fixed 8.5 µs against
+    /// native's 1.9, the crossover two octaves off). In turns, such a spell costs every
+    /// strategy at that size alike, and their order stays right.
+    ///
+    /// First kCalibrationWarmRounds untimed rounds of every strategy at the smallest size (or
+    /// kCalibrationWarmTime of them): the agents may have gone to sleep since step 1, and the
+    /// first calibration after the agents started timed its small remote runs at 5.5-6 µs over
+    /// shared memory where the later ones read 2.6-3 in the same process (with one run each
+    /// first; 2.6-3 for both with 64 rounds: the polling threads' places on the cores settle).
+    /// A remote run after a GET over mapped memory that outlasted the agents' spin window comes
+    /// after an untimed one (the GET woke no agent). The answers are checked against one
+    /// reference a size, computed before its runs (computed between runs, it would let the
+    /// agents fall asleep too).
+    Result<void> time_across_range(OpState& st, const std::vector<std::uint64_t>& sizes) {
         Op& op = *st.op;
-        const auto& b = st.bounds;
-        std::vector<std::uint64_t> sizes;
-        const unsigned n = std::max(options.calibration_sizes, 2u);
-        const double ratio = static_cast<double>(b.max_size) / static_cast<double>(b.min_size);
-        for (unsigned i = 0; i < n; ++i) {
-            auto s = static_cast<std::uint64_t>(std::llround(b.min_size * std::pow(ratio, double(i) / (n - 1))));
-            s = std::clamp(s, b.min_size, b.max_size);
-            if (sizes.empty() || s != sizes.back()) sizes.push_back(s);
-        }
-        // 1. Each strategy once (answers checked); the shipped code reaches the agents here.
-        auto marks = compile_marks();
-        for (auto s : st.strategies)
-            if (auto r = timed(op, b.min_size, s, true); !r) return tl::make_unexpected(r.error());
-        await_tier_up(marks);
-        st.cached = true;
-        // 2. Timed runs across the range. At each size the strategies take turns, a run each a
-        //    round (the order rotated every round), and each strategy's median at that size is
-        //    its sample. One strategy's runs back to back let a spell of slow calls fall on it
-        //    alone: on a host with few cores, a client's caller and an agent's leader that
-        //    share a core (core_sharing.hpp) make every call 4-11 µs over shared memory
-        //    instead of 2 for a few dozen calls, and the fixed cost of whichever strategy ran
-        //    then read 4-10 µs too high (shm × 1, reduce and filter: xrdma's fixed 8.5 µs
-        //    against native's 1.9, the crossover two octaves off). In turns, such a spell
-        //    costs every strategy at that size alike, and their order stays right.
-        //    First kCalibrationWarmRounds untimed rounds of every strategy at the smallest
-        //    size (or kCalibrationWarmTime of them): the agents may have gone to sleep since step 1, and the first calibration
-        //    after the agents started timed its small remote runs at 5.5-6 µs over shared
-        //    memory where the later ones read 2.6-3 in the same process (with one run each
-        //    first; 2.6-3 for both with 64 rounds: the polling threads' places on the cores
-        //    settle). A remote run after a GET over mapped memory that outlasted the
-        //    agents' spin window comes after an untimed one (the GET woke no agent). The
-        //    answers are checked against one reference a size, computed before its runs (the
-        //    reference's own time between runs would let the agents fall asleep too).
         for (auto s : st.strategies) st.samples[index_of(s)].clear();
         const auto warm_until = Clock::now() + kCalibrationWarmTime;
         for (unsigned w = 0; w < kCalibrationWarmRounds && (w == 0 || Clock::now() < warm_until); ++w)
@@ -472,12 +457,10 @@ struct Planner::Impl {
                 return samples.size() >= 2 && m > static_cast<double>(std::chrono::nanoseconds(kCalibrationRunLimit).count());
             });
         }
-        for (auto s : st.strategies) {
-            const auto& samples = st.samples[index_of(s)];
-            if (s == Strategy::get)
-                if (auto latency = fit_get_latency(op, st.entry.model.link, samples)) st.entry.model.link.get_ns = *latency;
-        }
         // The GET latency first: every fit takes the link's terms off.
+        if (std::find(st.strategies.begin(), st.strategies.end(), Strategy::get) != st.strategies.end())
+            if (auto latency = fit_get_latency(op, st.entry.model.link, st.samples[index_of(Strategy::get)]))
+                st.entry.model.link.get_ns = *latency;
         for (auto s : st.strategies) {
             const auto& samples = st.samples[index_of(s)];
             st.entry.model.fits[index_of(s)] = fit(op, st.entry.model.link, s, samples);
@@ -489,6 +472,29 @@ struct Planner::Impl {
                               format_ns(f.fixed_ns), f.per_unit_ns);
             }
         }
+        return {};
+    }
+
+    /// Every strategy at sizes across the range; the fits; the first call's extra cost.
+    Result<void> calibrate(OpState& st) {
+        Op& op = *st.op;
+        const auto& b = st.bounds;
+        std::vector<std::uint64_t> sizes;
+        const unsigned n = std::max(options.calibration_sizes, 2u);
+        const double ratio = static_cast<double>(b.max_size) / static_cast<double>(b.min_size);
+        for (unsigned i = 0; i < n; ++i) {
+            auto s = static_cast<std::uint64_t>(std::llround(b.min_size * std::pow(ratio, double(i) / (n - 1))));
+            s = std::clamp(s, b.min_size, b.max_size);
+            if (sizes.empty() || s != sizes.back()) sizes.push_back(s);
+        }
+        // 1. Each strategy once (answers checked); the shipped code reaches the agents here.
+        auto marks = compile_marks();
+        for (auto s : st.strategies)
+            if (auto r = timed(op, b.min_size, s, true); !r) return tl::make_unexpected(r.error());
+        await_tier_up(marks);
+        st.cached = true;
+        // 2. Timed runs across the range, and the fits.
+        if (auto r = time_across_range(st, sizes); !r) return r;
         // 3. The shipped code's first call: evicted everywhere, then one call at the smallest size.
         st.entry.model.cold_ns = 0;
         const auto shipped = std::find_if(st.strategies.begin(), st.strategies.end(), ships_code);
