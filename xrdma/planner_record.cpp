@@ -1,0 +1,146 @@
+// Real runs: timed, checked, and what they teach the planner (the owner's lateness, refits of
+// the model, agents persistently slower than predicted).
+#include <algorithm>
+#include <functional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "planner_impl.hpp"
+
+namespace bitship::xrdma {
+namespace {
+
+using Clock = std::chrono::steady_clock; // Planner::Impl::Clock
+constexpr std::size_t kSamplesKept = 64;
+/// Remote runs within load_fresh needed before their lateness counts as a queue, and the runs
+/// kept: only the newest count, so a queue that has gone is forgotten after two runs on time
+/// (kept twice as many, an upper median of six let three late runs from a load that had ended
+/// push the next calls back for the whole load_fresh window).
+constexpr std::size_t kLateRuns = 3;
+constexpr std::size_t kLateKept = kLateRuns;
+
+/// The median of v[0, n), in place (it reorders them): no allocation on a run's path.
+template <std::size_t N>
+double median_of_first(std::array<double, N>& v, std::size_t n) {
+    if (n == 0) return 0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n / 2), v.begin() + static_cast<std::ptrdiff_t>(n));
+    return v[n / 2];
+}
+} // namespace
+
+/// One run by `s`, timed; the answer checked against the op's own when `check`.
+Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::timed(Op& op, std::uint64_t size, Strategy s, bool check) {
+    const auto t0 = Clock::now();
+    auto answer = op.start(s, size).get();
+    const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
+    if (!answer) return tl::make_unexpected(answer.error());
+    if (check && *answer != op.expected(size))
+        return fail(Errc::internal, fmt::format("op {} by {} at {} {}: the answer differs from the reference", op.name(),
+                                                to_string(s), op.size_name(), size));
+    return std::pair{std::move(*answer), took};
+}
+
+/// One run by `s`, timed, and what it teaches: `ahead` and `wait` are the owner's load as
+/// it was just before (calls_ahead, queue_wait_ns).
+Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::run_recorded(OpState& st, std::uint64_t size, Strategy s,
+                                                                                std::uint32_t ahead, double wait) {
+    const bool cached_before = st.cached;
+    auto r = timed(*st.op, size, s, false);
+    if (!r) return r;
+    if (ships_code(s)) st.cached = true;
+    ++stats.runs;
+    record(st, size, s, cached_before, wait, ahead > 0, static_cast<double>(r->second.count()));
+    return r;
+}
+
+void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double actual_ns) {
+    const auto work = st.op->work(size);
+    // Against what the agent's own report predicted: a wait the planner inferred from late
+    // runs (update_lateness) must not hide an agent that stays slow.
+    const double predicted = estimate_ns(st.entry.model, s, work, cached_before, owner_full ? wait : 0);
+    auto& rec = records[agents.front().id()];
+    owner_record = &rec;
+    if (cached_before || !ships_code(s)) {
+        auto& recent = s == Strategy::get ? rec.recent_gets : rec.recent;
+        const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
+        const auto now = Clock::now();
+        if (unloaded > 0) recent.push_back({now, actual_ns / unloaded, actual_ns - unloaded});
+        if (recent.size() > kLateKept) recent.pop_front();
+        update_lateness(rec, now);
+    }
+    if (predicted > 0) rec.ratio.add(actual_ns / predicted);
+    if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
+    // Loaded: the owner reported a full house, or its queue is inferred from late runs
+    // (update_lateness). Such a run does not teach the model, which is the unloaded agent's
+    // (the queue is added apart): learnt, a background load's runs (8x a GET over TCP beside
+    // a busy worker) refit it, and the runs after the load ended were planned from it
+    // (bench/results/planner_learn_ab_20261202.txt).
+    const bool loaded = owner_full || wait > 0;
+    // Looked at every 8 runs: a median costs a sort.
+    if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, loaded, actual_ns);
+    const bool slow = rec.ratio.count() >= options.slow_window && rec.ratio.p50() >= options.slow_factor;
+    if (slow && !rec.flagged) ++stats.slow_flags;
+    if (slow && !rec.flagged)
+        spdlog::warn("planner: agent {} runs {:.2f}× slower than predicted (median of its last {} runs)",
+                     agents.front().info().address, rec.ratio.p50(), std::min<std::size_t>(rec.ratio.count(), 64));
+    rec.flagged = slow;
+    learn(st, size, s, cached_before, loaded, actual_ns);
+}
+
+/// Only unloaded (`loaded`: record()'s), cached runs teach the model.
+void Planner::Impl::learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool loaded, double actual_ns) {
+    if (loaded || (ships_code(s) && !cached_before)) return;
+    push_sample(st.samples[index_of(s)], {size, actual_ns});
+    if (options.refit_every == 0 || ++st.runs_since_refit < options.refit_every) return;
+    st.runs_since_refit = 0;
+    for (auto strategy : st.strategies) {
+        const auto& samples = st.samples[index_of(strategy)];
+        if (samples.size() >= 2) st.entry.model.fits[index_of(strategy)] = fit(*st.op, st.entry.model.link, strategy, samples);
+    }
+    recompute(st);
+    keep(st, false);
+    ++stats.refits;
+}
+
+/// After a run: whether the owner's latest remote runs (at least kLateRuns within
+/// load_fresh) took slow_factor × their prediction or more, and that many times more than
+/// its latest GETs took over theirs (a slow link or a model error makes both late; a queue,
+/// the remote runs only). If so, what they took beyond it (the median) counts as a queue
+/// while kLateRuns of them are still in the window.
+void Planner::Impl::update_lateness(AgentRecord& rec, Clock::time_point now) const {
+    rec.late_ns = 0;
+    rec.get_late = 1;
+    // record() keeps at most kLateKept of each: fixed arrays, no allocation after every run.
+    std::array<double, kLateKept> ratios{}, excess{}, get_ratios{};
+    std::array<Clock::time_point, kLateKept> times{};
+    std::size_t n = 0, gets = 0;
+    for (const auto& late : rec.recent)
+        if (n < kLateKept && now - late.at <= options.load_fresh) {
+            ratios[n] = late.ratio;
+            excess[n] = late.excess_ns;
+            times[n] = late.at;
+            ++n;
+        }
+    if (n < kLateRuns) return;
+    for (const auto& late : rec.recent_gets)
+        if (gets < kLateKept && now - late.at <= options.load_fresh) get_ratios[gets++] = late.ratio;
+    const double get_late = gets == 0 ? 1.0 : std::max(1.0, median_of_first(get_ratios, gets));
+    if (median_of_first(ratios, n) < options.slow_factor * get_late) return;
+    rec.late_ns = std::max(0.0, median_of_first(excess, n));
+    // A GET the owner serves itself (over TCP UCX emulates it in software on the target)
+    // waits for the loaded owner too, less than a remote run: fetching pays that per GET.
+    rec.get_late = get_late;
+    // Until fewer than kLateRuns of them are left in the window: the kLateRuns-th newest
+    // leaves it then.
+    std::nth_element(times.begin(), times.begin() + (kLateRuns - 1), times.begin() + static_cast<std::ptrdiff_t>(n),
+                     std::greater<>());
+    rec.late_until = times[kLateRuns - 1] + options.load_fresh;
+}
+
+void Planner::Impl::push_sample(std::vector<Sample>& v, Sample s) {
+    v.push_back(s);
+    if (v.size() > kSamplesKept) v.erase(v.begin());
+}
+
+} // namespace bitship::xrdma
