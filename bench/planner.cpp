@@ -222,6 +222,29 @@ std::optional<double> measured_crossover(const std::vector<Point*>& row, Strateg
 
 } // namespace
 
+constexpr int kRunCostBatches = 9;
+constexpr int kRunCostRuns = 400;
+
+// What planner->run() costs beyond the op it runs (the choice, the timing, what the run
+// teaches): batches of run() at `size` against as many of the op started directly by the
+// strategy run() chooses there, in turns; the median over batches of the difference a run.
+double time_run_cost(Planner& planner, Op& op, std::uint64_t size) {
+    std::vector<double> diff;
+    for (int b = 0; b < kRunCostBatches; ++b) {
+        const Strategy s = planner.choose(op, size);
+        const auto t0 = Clock::now();
+        for (int i = 0; i < kRunCostRuns; ++i)
+            if (auto r = op.start(s, size).get(); !r) throw std::runtime_error(r.error().describe());
+        const auto t1 = Clock::now();
+        for (int i = 0; i < kRunCostRuns; ++i)
+            if (auto r = planner.run(op, size); !r) throw std::runtime_error(r.error().describe());
+        const auto t2 = Clock::now();
+        diff.push_back(std::chrono::duration<double, std::nano>((t2 - t1) - (t1 - t0)).count() / kRunCostRuns);
+    }
+    std::sort(diff.begin(), diff.end());
+    return diff[diff.size() / 2];
+}
+
 int main(int argc, char** argv) {
     spdlog::cfg::load_env_levels(); // SPDLOG_LEVEL=debug: the planner's calibration medians and fits
     bench::Options options{"The placement planner against an oracle (every strategy forced) over a grid"};
@@ -289,6 +312,7 @@ int main(int argc, char** argv) {
     };
     std::vector<Crossover> crossovers;
     std::vector<double> choose_ns, choose_after_ns; // choose()'s cost before and after each op's grid
+    std::vector<double> run_cost_ns;                // run()'s own cost, after each op's grid
     static constexpr int kChooses = 200'000;
 
     try {
@@ -476,6 +500,7 @@ int main(int argc, char** argv) {
                         }
                     }
                     choose_after_ns.push_back(time_choose());
+                    run_cost_ns.push_back(time_run_cost(*planner, o, bounds.min_size));
                 }
             }
         }
@@ -566,6 +591,13 @@ int main(int argc, char** argv) {
     };
     print_choose(choose_ns, "before an op's runs");
     print_choose(choose_after_ns, "after them (the owner's load and lateness read)");
+    if (!run_cost_ns.empty()) {
+        std::sort(run_cost_ns.begin(), run_cost_ns.end());
+        fmt::print("run(): {:.0f} ns a call of its own over the op it runs (median of {} ops; {:.0f}-{:.0f}; each: the median of "
+                   "{} batches of {} planner->run() less as many direct runs by its choice, at the smallest size)\n",
+                   run_cost_ns[run_cost_ns.size() / 2], run_cost_ns.size(), run_cost_ns.front(), run_cost_ns.back(), kRunCostBatches,
+                   kRunCostRuns);
+    }
     fmt::print("wrote {}\n", cfg.csv);
     if (!cfg.png_prefix.empty()) {
         for (const auto& op : cfg.ops) {

@@ -9,6 +9,8 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <fmt/format.h>
+#include <limits>
+#include <random>
 #include <xrdma_test_kernels.hpp>
 
 namespace link_probe_test_cpp {
@@ -45,6 +47,38 @@ TEST_CASE("a running figure gives the window's median and p95 and a weighted mea
         CHECK(g.p95() == Approx(60.85)); // index 0.95 · 63 = 59.85 → 60 + 0.85
         CHECK(g.percentile(0) == 1);
         CHECK(g.percentile(1) == 64);
+    }
+    SECTION("the window's percentiles are those of its samples sorted, after any run of adds") {
+        RunningFigure g;
+        std::mt19937 random(7);
+        std::vector<double> all;
+        for (int i = 0; i < 300; ++i) {
+            // Repeats as well: a leaving sample equal to others must take one of them out.
+            const double x = static_cast<double>(random() % 40) + (i % 3 == 0 ? 0.5 : 0.0);
+            g.add(x);
+            all.push_back(x);
+            std::vector<double> window(all.end() - std::min<std::ptrdiff_t>(std::ssize(all), RunningFigure::kWindow), all.end());
+            std::sort(window.begin(), window.end());
+            for (double q : {0.0, 0.25, 0.5, 0.95, 1.0}) {
+                const double at = q * static_cast<double>(window.size() - 1);
+                const auto below = static_cast<std::size_t>(at);
+                const auto above = std::min(below + 1, window.size() - 1);
+                const double want = window[below] + (at - static_cast<double>(below)) * (window[above] - window[below]);
+                INFO("after " << i + 1 << " adds, q " << q);
+                REQUIRE(g.percentile(q) == Approx(want));
+            }
+            REQUIRE(g.p50() == Approx(g.percentile(0.5)));
+        }
+    }
+    SECTION("a sample that is not finite is ignored") {
+        RunningFigure g;
+        g.add(5);
+        g.add(std::numeric_limits<double>::quiet_NaN());
+        g.add(std::numeric_limits<double>::infinity());
+        g.add(7);
+        CHECK(g.count() == 2);
+        CHECK(g.p50() == 6);
+        CHECK(g.percentile(1) == 7);
     }
     SECTION("the mean follows new samples by its weight") {
         RunningFigure g(0.25);
