@@ -105,7 +105,7 @@ struct Planner::Impl {
     Result<std::pair<Bytes, std::chrono::nanoseconds>> run_recorded(OpState& st, std::uint64_t size, Strategy s, std::uint32_t ahead,
                                                                    double wait);
     void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double actual_ns);
-    void learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool loaded, double actual_ns);
+    void learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool loaded, double actual_ns, double unloaded_ns);
     void update_lateness(AgentRecord& rec, Clock::time_point now) const;
     static void push_sample(std::vector<Sample>& v, Sample s);
 };

@@ -19,6 +19,15 @@ constexpr std::size_t kSamplesKept = 64;
 /// push the next calls back for the whole load_fresh window).
 constexpr std::size_t kLateRuns = 3;
 constexpr std::size_t kLateKept = kLateRuns;
+/// A run that took more than this many times the model's estimate does not teach it: what
+/// made it that slow is a load or a stall the model does not hold (it is the unloaded agent's;
+/// the queue is added apart), not a cost of the op. A load the planner cannot see as one makes
+/// every strategy late alike (over TCP a GET waits for the loaded agent to progress as a
+/// remote run waits for its worker: 250-500 µs against 7-8 predicted), so its runs passed as
+/// unloaded and the refits after a busy spell fitted them: native reduce at 21 ns an item
+/// against 1 measured, chosen wrong for five octaves after the load had ended
+/// (bench/results/planner_learn_limit_20261202.txt). The fits' own error is within 2x at p90.
+constexpr double kLearnLimit = 4;
 
 /// The median of v[0, n), in place (it reorders them): no allocation on a run's path.
 template <std::size_t N>
@@ -59,38 +68,42 @@ void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cac
     // Against what the agent's own report predicted: a wait the planner inferred from late
     // runs (update_lateness) must not hide an agent that stays slow.
     const double predicted = estimate_ns(st.entry.model, s, work, cached_before, owner_full ? wait : 0);
+    const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
     auto& rec = records[agents.front().id()];
     owner_record = &rec;
     if (cached_before || !ships_code(s)) {
         auto& recent = s == Strategy::get ? rec.recent_gets : rec.recent;
-        const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
         const auto now = Clock::now();
         if (unloaded > 0) recent.push_back({now, actual_ns / unloaded, actual_ns - unloaded});
         if (recent.size() > kLateKept) recent.pop_front();
         update_lateness(rec, now);
     }
     if (predicted > 0) rec.ratio.add(actual_ns / predicted);
-    if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - estimate_ns(st.entry.model, s, work, cached_before)));
+    if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - unloaded));
     // Loaded: the owner reported a full house, or its queue is inferred from late runs
     // (update_lateness). Such a run does not teach the model, which is the unloaded agent's
     // (the queue is added apart): learnt, a background load's runs (8x a GET over TCP beside
     // a busy worker) refit it, and the runs after the load ended were planned from it
     // (bench/results/planner_learn_ab_20261202.txt).
     const bool loaded = owner_full || wait > 0;
-    // Looked at every 8 runs: a median costs a sort.
-    if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, loaded, actual_ns);
+    // Judged every 8 runs: re-judged on every one, a median near slow_factor would raise the
+    // flag (and its warning) again and again.
+    if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, loaded, actual_ns, unloaded);
     const bool slow = rec.ratio.count() >= options.slow_window && rec.ratio.p50() >= options.slow_factor;
     if (slow && !rec.flagged) ++stats.slow_flags;
     if (slow && !rec.flagged)
         spdlog::warn("planner: agent {} runs {:.2f}× slower than predicted (median of its last {} runs)",
                      agents.front().info().address, rec.ratio.p50(), std::min<std::size_t>(rec.ratio.count(), 64));
     rec.flagged = slow;
-    learn(st, size, s, cached_before, loaded, actual_ns);
+    learn(st, size, s, cached_before, loaded, actual_ns, unloaded);
 }
 
-/// Only unloaded (`loaded`: record()'s), cached runs teach the model.
-void Planner::Impl::learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool loaded, double actual_ns) {
+/// Only unloaded (`loaded`: record()'s), cached runs teach the model, and of those only runs
+/// within kLearnLimit of what it estimates (`unloaded_ns`).
+void Planner::Impl::learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool loaded, double actual_ns,
+                          double unloaded_ns) {
     if (loaded || (ships_code(s) && !cached_before)) return;
+    if (unloaded_ns > 0 && actual_ns > kLearnLimit * unloaded_ns) return;
     push_sample(st.samples[index_of(s)], {size, actual_ns});
     if (options.refit_every == 0 || ++st.runs_since_refit < options.refit_every) return;
     st.runs_since_refit = 0;

@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <sys/types.h>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -54,6 +55,32 @@ PlannerOptions options_in(const std::filesystem::path& dir) {
     o.calibration_sizes = 4;
     return o;
 }
+
+/// Stops a process for `stopped` out of every `stopped + running` until it goes (SIGSTOP, then
+/// SIGCONT): its host slowing it down without a word, no queue for it to report.
+class Throttle {
+public:
+    Throttle(pid_t pid, std::chrono::nanoseconds stopped, std::chrono::nanoseconds running)
+        : thread_([this, pid, stopped, running] {
+              while (!stop_.load()) {
+                  ::kill(pid, SIGSTOP);
+                  std::this_thread::sleep_for(stopped);
+                  ::kill(pid, SIGCONT);
+                  std::this_thread::sleep_for(running);
+              }
+              ::kill(pid, SIGCONT);
+          }) {}
+    Throttle(const Throttle&) = delete;
+    Throttle& operator=(const Throttle&) = delete;
+    ~Throttle() {
+        stop_ = true;
+        thread_.join();
+    }
+
+private:
+    std::atomic<bool> stop_{false};
+    std::thread thread_;
+};
 
 } // namespace
 
@@ -331,24 +358,7 @@ TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow
     const auto running = std::max<std::chrono::nanoseconds>(500us, predicted_ns);
     INFO("a run predicted to take " << predicted_ns.count() << " ns; the agent stopped " << stopped.count()
                                     << " ns of every " << (stopped + running).count());
-    std::atomic<bool> stop{false};
-    std::thread throttle([&] {
-        while (!stop.load()) {
-            ::kill(agent.pid(), SIGSTOP);
-            std::this_thread::sleep_for(stopped);
-            ::kill(agent.pid(), SIGCONT);
-            std::this_thread::sleep_for(running);
-        }
-        ::kill(agent.pid(), SIGCONT);
-    });
-    struct Join {
-        std::atomic<bool>& stop;
-        std::thread& t;
-        ~Join() {
-            stop = true;
-            t.join();
-        }
-    } join{stop, throttle};
+    Throttle throttle(agent.pid(), stopped, running);
     std::mt19937 rng(7);
     std::uniform_int_distribution<std::int64_t> phase(0, (stopped + running).count());
     for (std::size_t i = 0; i < 2 * options.slow_window; ++i) {
@@ -372,3 +382,48 @@ TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow
 }
 
 }  // namespace planner_test_cpp
+
+namespace planner_test_cpp {
+
+TEST_CASE("runs far slower than the model estimates do not refit it, when GETs are as late as remote runs", "[integration][serial]") {
+    // Over TCP a GET waits for the agent to progress it, so an agent its host stops now and
+    // then makes GETs late as well as remote runs: the planner cannot read that as a queue
+    // (update_lateness), and without a limit its refits fit those runs.
+    AgentProcess agent("tcp", chase_region());
+    auto client = client_for("tcp");
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto options = options_in({});
+    options.wisdom.clear();
+    options.refit_every = 4;
+    options.slow_factor = 1000; // no flag: this is about what is learnt
+    auto op = ChaseOp::create(client, {*target}, kNodes, 5);
+    REQUIRE(op);
+    auto planner = Planner::open(client, {*target}, options);
+    REQUIRE(planner);
+    REQUIRE(planner->add(**op, kDepths));
+    const auto estimate = [&](Strategy s) { return estimate_ns(planner->entry(**op)->model, s, (*op)->work(16), true); };
+    const double get_before = estimate(Strategy::get), xrdma_before = estimate(Strategy::xrdma);
+    const std::chrono::nanoseconds longest{static_cast<std::int64_t>(std::max(get_before, xrdma_before))};
+    const auto stopped = std::max<std::chrono::nanoseconds>(5ms, 20 * longest);
+    const auto running = std::max<std::chrono::nanoseconds>(500us, longest);
+    {
+        Throttle throttle(agent.pid(), stopped, running);
+        std::mt19937 rng(11);
+        std::uniform_int_distribution<std::int64_t> phase(0, (stopped + running).count());
+        // Far more than a refit keeps samples of (64), in turns.
+        for (int i = 0; i < 80; ++i)
+            for (auto s : {Strategy::get, Strategy::xrdma}) {
+                REQUIRE(planner->run_as(**op, 16, s));
+                std::this_thread::sleep_for(std::chrono::nanoseconds(phase(rng)));
+            }
+    }
+    INFO("at depth 16, the model's estimate before and after: get " << get_before << " -> " << estimate(Strategy::get)
+                                                                       << " ns, xrdma " << xrdma_before << " -> "
+                                                                       << estimate(Strategy::xrdma) << " ns");
+    CHECK(planner->stats().refits > 0); // the runs on time still teach it
+    CHECK(estimate(Strategy::get) < 2 * get_before);
+    CHECK(estimate(Strategy::xrdma) < 2 * xrdma_before);
+}
+
+} // namespace planner_test_cpp
