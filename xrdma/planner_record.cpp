@@ -119,8 +119,8 @@ void Planner::Impl::learn(OpState& st, std::uint64_t size, Strategy s, bool cach
 /// After a run: whether the owner's latest remote runs (at least kLateRuns within
 /// load_fresh) took slow_factor × their prediction or more, and that many times more than
 /// its latest GETs took over theirs (a slow link or a model error makes both late; a queue,
-/// the remote runs only). If so, what they took beyond it (the median) counts as a queue
-/// while kLateRuns of them are still in the window.
+/// the remote runs only), or kLearnLimit × (slow_factor × if more) or more. If so, what they took beyond it (the
+/// median) counts as a queue while kLateRuns of them are still in the window.
 void Planner::Impl::update_lateness(AgentRecord& rec, Clock::time_point now) const {
     rec.late_ns = 0;
     rec.get_late = 1;
@@ -139,7 +139,15 @@ void Planner::Impl::update_lateness(AgentRecord& rec, Clock::time_point now) con
     for (const auto& late : rec.recent_gets)
         if (gets < kLateKept && now - late.at <= options.load_fresh) get_ratios[gets++] = late.ratio;
     const double get_late = gets == 0 ? 1.0 : std::max(1.0, median_of_first(get_ratios, gets));
-    if (median_of_first(ratios, n) < options.slow_factor * get_late) return;
+    // Late by kLearnLimit or more is load whatever the GETs did (a model is never that far
+    // off: learn()): over TCP a loaded owner makes its GETs nearly as late as its remote runs
+    // (it progresses both), and judged against them alone the queue came and went with every
+    // run, so the choice flipped between the breakpoints' and GET at one point (cold busy
+    // rows: native at 450-545 us chosen two runs of three where GET took 50;
+    // bench/results/planner_late_gate_20261202.txt). choose() then weighs GET by its own
+    // lateness against the remote run and its wait, both as measured.
+    const double late = median_of_first(ratios, n);
+    if (late < options.slow_factor * get_late && late < std::max(kLearnLimit, options.slow_factor)) return;
     rec.late_ns = std::max(0.0, median_of_first(excess, n));
     // A GET the owner serves itself (over TCP UCX emulates it in software on the target)
     // waits for the loaded owner too, less than a remote run: fetching pays that per GET.
