@@ -56,6 +56,19 @@ PlannerOptions options_in(const std::filesystem::path& dir) {
     return o;
 }
 
+/// One agent over TCP with the chase region and one worker, a client connected to it (check
+/// `target`), and planner options that keep no wisdom file.
+struct TcpChaseAgent {
+    AgentProcess agent{"tcp", chase_region()};
+    Client client = client_for("tcp");
+    Result<Target> target = client.connect(agent.address());
+    PlannerOptions options = [] {
+        auto o = options_in({});
+        o.wisdom.clear();
+        return o;
+    }();
+};
+
 /// Stops a process for `stopped` out of every `stopped + running` until it goes (SIGSTOP, then
 /// SIGCONT): its host slowing it down without a word, no queue for it to report.
 class Throttle {
@@ -326,12 +339,9 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
 }
 
 TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow_agents() and the log, and its late runs do not refit the model", "[integration][serial]") {
-    AgentProcess agent("tcp", chase_region());
-    auto client = client_for("tcp");
-    auto target = client.connect(agent.address());
+    TcpChaseAgent setup;
+    auto& [agent, client, target, options] = setup;
     REQUIRE(target);
-    auto options = options_in({});
-    options.wisdom.clear();
     auto op = ChaseOp::create(client, {*target}, kNodes, 5);
     REQUIRE(op);
     // Refits after every 4 runs that teach the model: late runs, if they taught it, would refit
@@ -387,14 +397,12 @@ namespace planner_test_cpp {
 
 TEST_CASE("runs far slower than the model estimates do not refit it, when GETs are as late as remote runs", "[integration][serial]") {
     // Over TCP a GET waits for the agent to progress it, so an agent its host stops now and
-    // then makes GETs late as well as remote runs: the planner cannot read that as a queue
-    // (update_lateness), and without a limit its refits fit those runs.
-    AgentProcess agent("tcp", chase_region());
-    auto client = client_for("tcp");
-    auto target = client.connect(agent.address());
+    // then makes GETs late as well as remote runs: the planner reads that as a queue only past
+    // 4x (update_lateness), and below it, or with no load seen at all, its refits would fit
+    // those runs without the learn limit.
+    TcpChaseAgent setup;
+    auto& [agent, client, target, options] = setup;
     REQUIRE(target);
-    auto options = options_in({});
-    options.wisdom.clear();
     options.refit_every = 4;
     // What is tested is what the model learns from runs the planner takes as unloaded: no
     // slow flag, and no load either (a report or late runs older than this are stale at once),
