@@ -21,12 +21,14 @@ constexpr std::size_t kLateRuns = 3;
 constexpr std::size_t kLateKept = kLateRuns;
 /// A run that took more than this many times the model's estimate does not teach it: what
 /// made it that slow is a load or a stall the model does not hold (it is the unloaded agent's;
-/// the queue is added apart), not a cost of the op. A load the planner cannot see as one makes
-/// every strategy late alike (over TCP a GET waits for the loaded agent to progress as a
-/// remote run waits for its worker: 250-500 µs against 7-8 predicted), so its runs passed as
-/// unloaded and the refits after a busy spell fitted them: native reduce at 21 ns an item
-/// against 1 measured, chosen wrong for five octaves after the load had ended
-/// (bench/results/planner_learn_limit_20261202.txt). The fits' own error is within 2x at p90.
+/// the queue is added apart), not a cost of the op. Before update_lateness counted remote
+/// runs this late as a queue whatever the GETs took, a load that makes every strategy late
+/// alike (over TCP a GET waits for the loaded agent to progress as a remote run waits for its
+/// worker: 250-500 µs against 7-8 predicted) passed as no load, and the refits after a busy
+/// spell fitted its runs: native reduce at 21 ns an item against 1 measured, chosen wrong for
+/// five octaves after the load had ended (bench/results/planner_learn_limit_20261202.txt).
+/// Late runs still pass as unloaded (GETs alone, or fewer than kLateRuns remote runs in the
+/// window): this keeps them out. The fits' own error is within 2x at p90.
 constexpr double kLearnLimit = 4;
 
 /// The median of v[0, n), in place (it reorders them): no allocation on a run's path.
@@ -117,10 +119,11 @@ void Planner::Impl::learn(OpState& st, std::uint64_t size, Strategy s, bool cach
 }
 
 /// After a run: whether the owner's latest remote runs (at least kLateRuns within
-/// load_fresh) took slow_factor × their prediction or more, and that many times more than
-/// its latest GETs took over theirs (a slow link or a model error makes both late; a queue,
-/// the remote runs only), or kLearnLimit × (slow_factor × if more) or more. If so, what they took beyond it (the
-/// median) counts as a queue while kLateRuns of them are still in the window.
+/// load_fresh) took slow_factor × their prediction or more and that many times more than its
+/// latest GETs took over theirs (a slow link or a model error makes both late; a queue, the
+/// remote runs only), or kLearnLimit × (slow_factor × where that is more) whatever the GETs
+/// took. If so, what they took beyond it (the median) counts as a queue while kLateRuns of
+/// them are still in the window.
 void Planner::Impl::update_lateness(AgentRecord& rec, Clock::time_point now) const {
     rec.late_ns = 0;
     rec.get_late = 1;
