@@ -403,7 +403,7 @@ TEST_CASE("runs far slower than the model estimates do not refit it, when GETs a
     TcpChaseAgent setup;
     auto& [agent, client, target, options] = setup;
     REQUIRE(target);
-    options.refit_every = 4;
+    options.refit_every = 2;
     // What is tested is what the model learns from runs the planner takes as unloaded: no
     // slow flag, and no load either (a report or late runs older than this are stale at once),
     // so the learn limit alone keeps the late runs out.
@@ -417,8 +417,10 @@ TEST_CASE("runs far slower than the model estimates do not refit it, when GETs a
     const auto estimate = [&](Strategy s) { return estimate_ns(planner->entry(**op)->model, s, (*op)->work(16), true); };
     const double get_before = estimate(Strategy::get), xrdma_before = estimate(Strategy::xrdma);
     const std::chrono::nanoseconds longest{static_cast<std::int64_t>(std::max(get_before, xrdma_before))};
+    // Running long enough for a few runs on time a cycle (under ASan a GET at depth 16 takes
+    // ~270 us: with 500 us running, a run of 160 found too few on time to refit at all).
     const auto stopped = std::max<std::chrono::nanoseconds>(5ms, 20 * longest);
-    const auto running = std::max<std::chrono::nanoseconds>(500us, longest);
+    const auto running = std::max<std::chrono::nanoseconds>(1ms, 4 * longest);
     {
         Throttle throttle(agent.pid(), stopped, running);
         std::mt19937 rng(11);
