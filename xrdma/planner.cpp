@@ -14,7 +14,7 @@
 namespace bitship::xrdma {
 namespace {
 
-using Clock = std::chrono::steady_clock; // Planner::Impl::Clock
+using Clock = std::chrono::steady_clock; // Planner::Impl::Clock, for Planner's own members
 /// Probes of the link before kept wisdom is set aside or new wisdom made (the lowest
 /// latencies kept): a change must show in every probe.
 constexpr int kProbes = 4;

@@ -12,7 +12,6 @@
 namespace bitship::xrdma {
 namespace {
 
-using Clock = std::chrono::steady_clock; // Planner::Impl::Clock
 /// A strategy whose run took longer than this stops going to larger sizes in calibration (the
 /// fit extrapolates).
 constexpr auto kCalibrationRunLimit = std::chrono::milliseconds(400);

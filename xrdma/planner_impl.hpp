@@ -65,7 +65,6 @@ struct Planner::Impl {
     AgentRecord* owner_record = nullptr;           // records' entry for agents.front(), once it has one
     PlannerStats stats;
 
-
     [[nodiscard]] const OpState* find(const Op& op) const {
         auto it = ops.find(&op);
         return it == ops.end() ? nullptr : &it->second;

@@ -11,7 +11,6 @@
 namespace bitship::xrdma {
 namespace {
 
-using Clock = std::chrono::steady_clock; // Planner::Impl::Clock
 constexpr std::size_t kSamplesKept = 64;
 /// Remote runs within load_fresh needed before their lateness counts as a queue, and the runs
 /// kept: only the newest count, so a queue that has gone is forgotten after two runs on time
@@ -92,10 +91,11 @@ void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cac
     // flag (and its warning) again and again.
     if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, loaded, actual_ns, unloaded);
     const bool slow = rec.ratio.count() >= options.slow_window && rec.ratio.p50() >= options.slow_factor;
-    if (slow && !rec.flagged) ++stats.slow_flags;
-    if (slow && !rec.flagged)
+    if (slow && !rec.flagged) {
+        ++stats.slow_flags;
         spdlog::warn("planner: agent {} runs {:.2f}× slower than predicted (median of its last {} runs)",
                      agents.front().info().address, rec.ratio.p50(), std::min<std::size_t>(rec.ratio.count(), 64));
+    }
     rec.flagged = slow;
     learn(st, size, s, cached_before, loaded, actual_ns, unloaded);
 }
