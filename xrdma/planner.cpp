@@ -88,18 +88,11 @@ double Planner::Impl::get_late_factor(Clock::time_point now) const {
     return rec.late_ns > 0 && now < rec.late_until ? rec.get_late : 1;
 }
 
-Strategy Planner::Impl::choose(const OpState& st, std::uint64_t size, double wait, bool* pushed) const {
+Strategy Planner::Impl::choose(const OpState& st, std::uint64_t size, double wait, Shift* shift) const {
     const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
-    Strategy choice = bp.at(size);
-    if (wait > 0 && choice != Strategy::get && std::find(st.strategies.begin(), st.strategies.end(), Strategy::get) != st.strategies.end()) {
-        const auto work = st.op->work(size);
-        if (get_late_factor() * estimate_ns(st.entry.model, Strategy::get, work, st.cached) <
-            estimate_ns(st.entry.model, choice, work, st.cached, wait)) {
-            choice = Strategy::get;
-            if (pushed != nullptr) *pushed = true;
-        }
-    }
-    return choice;
+    const Strategy by_breakpoints = bp.at(size);
+    if (wait <= 0) return by_breakpoints;
+    return loaded_choice(st.entry.model, st.op->work(size), st.cached, st.strategies, by_breakpoints, {wait, get_late_factor()}, shift);
 }
 
 void Planner::Impl::recompute(OpState& st) {
@@ -227,8 +220,8 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
     p.cached = st->cached;
     p.queue_wait_ns = im.queue_wait_ns();
     const double get_late = p.queue_wait_ns > 0 ? im.get_late_factor() : 1;
-    bool pushed = false;
-    p.choice = im.choose(*st, size, p.queue_wait_ns, &pushed);
+    Shift shift = Shift::none;
+    p.choice = im.choose(*st, size, p.queue_wait_ns, &shift);
     const auto work = op.work(size);
     for (auto s : st->strategies) {
         p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
@@ -246,7 +239,8 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
     p.reason = fmt::format("{}: {} est ({})", to_string(p.choice), format_ns(chosen->ns), chosen->terms);
     for (const auto& e : others)
         if (e.strategy != p.choice) p.reason += fmt::format(" vs {}: {} est ({})", to_string(e.strategy), format_ns(e.ns), e.terms);
-    if (pushed) p.reason += "; the owner's queue pushes the work back";
+    if (shift == Shift::pushed_back) p.reason += "; the owner's queue pushes the work back";
+    if (shift == Shift::late_gets) p.reason += "; the loaded owner's GETs are late too: its queue costs less";
     if (p.breakpoint) p.reason += fmt::format("; breakpoint {} {}", op.size_name(), *p.breakpoint);
     return p;
 }
@@ -259,12 +253,13 @@ Result<Bytes> Planner::run(Op& op, std::uint64_t size, Strategy* chosen) {
     const auto now = Clock::now();
     const auto ahead = im.calls_ahead(now);
     const double wait = im.queue_wait_ns(ahead, now);
-    bool pushed = false;
-    const Strategy choice = im.choose(*st, size, wait, &pushed);
+    Shift shift = Shift::none;
+    const Strategy choice = im.choose(*st, size, wait, &shift);
     auto r = im.run_recorded(*st, size, choice, ahead, wait);
     if (!r) return tl::make_unexpected(r.error());
     ++im.stats.chosen[index_of(choice)];
-    if (pushed) ++im.stats.pushed_back;
+    if (shift == Shift::pushed_back) ++im.stats.pushed_back;
+    if (shift == Shift::late_gets) ++im.stats.past_late_gets;
     if (chosen != nullptr) *chosen = choice;
     return std::move(r->first);
 }

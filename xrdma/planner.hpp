@@ -9,7 +9,8 @@
 // strategy changes. Those go in the wisdom file, so the next program run plans at once while
 // the link measures the same. Choosing at run time is a lookup in a handful of sizes, plus
 // one comparison when the owner is loaded (it last reported a queue, or its last remote runs
-// were late where its GETs were not): a loaded owner pushes work back to GET.
+// were late): a loaded owner pushes work back to GET, unless its GETs are late as well and
+// fetching costs more than its queue (loaded_choice.hpp).
 //
 // @code
 //   auto planner = Planner::open(client, agents, {});          // each agent's link, probed
@@ -94,6 +95,7 @@ struct PlannerStats {
     std::uint64_t runs = 0;
     std::array<std::uint64_t, kStrategies> chosen{}; ///< by Strategy
     std::uint64_t pushed_back = 0;  ///< runs fetched because the owner's queue made shipping dearer
+    std::uint64_t past_late_gets = 0; ///< runs sent to a loaded owner whose GETs were later than its queue
     std::uint64_t slow_flags = 0;   ///< times an agent was flagged as slow (slow_agents(), and a warning)
 };
 
@@ -114,7 +116,8 @@ public:
     /// op.name(). `op` must outlive the planner.
     Result<void> add(Op& op, Boundaries boundaries, std::string label = {});
 
-    /// The run-time choice: a breakpoint lookup, and one comparison when the owner is loaded.
+    /// The run-time choice: a breakpoint lookup, and where the owner is loaded a comparison with
+    /// GET (with every strategy where the breakpoints chose GET and its GETs are late too).
     [[nodiscard]] Strategy choose(const Op& op, std::uint64_t size) const;
     /// choose(), with every strategy's estimate and the reason.
     [[nodiscard]] Result<Plan> plan(const Op& op, std::uint64_t size) const;

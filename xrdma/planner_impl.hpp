@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/coarse_clock.hpp"
+#include "loaded_choice.hpp"
 #include "planner.hpp"
 
 namespace bitship::xrdma {
@@ -82,7 +83,7 @@ struct Planner::Impl {
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead, Clock::time_point now) const;
     [[nodiscard]] double queue_wait_ns() const;
     [[nodiscard]] double get_late_factor(Clock::time_point now = coarse_steady_now()) const;
-    [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, bool* pushed = nullptr) const;
+    [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, Shift* shift = nullptr) const;
     void recompute(OpState& st);
     void keep(const OpState& st, bool now = true);
     void save_wisdom();

@@ -11,6 +11,7 @@
 #include "breakpoints.hpp"
 #include "cost_model.hpp"
 #include "launcher.hpp"
+#include "loaded_choice.hpp"
 #include "wisdom.hpp"
 
 namespace planner_model_test_cpp {
@@ -290,6 +291,41 @@ TEST_CASE("an estimate's terms show its fitted fixed cost where it is 100 ns or 
     // Under 100 ns it is noise beside the other terms: left out.
     model.fits[index_of(Strategy::get)].fixed_ns = 60;
     CHECK(explain(model, Strategy::get, w, true).terms.find("fixed") == std::string::npos);
+}
+
+TEST_CASE("a loaded owner whose GETs are late too gets the work where fetching costs more than its queue", "[unit]") {
+    WalkShape op;
+    const auto model = tcp_like();
+    const std::vector<Strategy> ship_or_get{Strategy::get, Strategy::xrdma};
+    const auto bp = Breakpoints::compute(model, op, 1, 4096, true, ship_or_get);
+    // At depth 1 GET (25.5 µs) beats shipping (30 µs); at 64, shipping (31 µs) beats 64 GETs (1.6 ms).
+    REQUIRE(bp.at(1) == Strategy::get);
+    REQUIRE(bp.at(64) == Strategy::xrdma);
+    auto choose = [&](std::uint64_t depth, OwnerLoad load, Shift& shift) {
+        shift = Shift::none;
+        return loaded_choice(model, op.work(depth), true, ship_or_get, bp.at(depth), load, &shift);
+    };
+    Shift shift{};
+    CHECK(choose(1, {0, 50}, shift) == Strategy::get); // no queue: the breakpoints, whatever the GETs did
+    CHECK(shift == Shift::none);
+    // The owner's runs wait 200 µs, its GETs on time: fetching stays cheaper.
+    CHECK(choose(1, {200'000, 1}, shift) == Strategy::get);
+    CHECK(shift == Shift::none);
+    // Its GETs 50x late (1.3 ms) too: shipping, 30 µs + the 200 µs wait, is cheaper.
+    CHECK(choose(1, {200'000, 50}, shift) == Strategy::xrdma);
+    CHECK(shift == Shift::late_gets);
+    // A queue (5 ms) longer than the late GETs take: fetching still.
+    CHECK(choose(1, {5'000'000, 50}, shift) == Strategy::get);
+    CHECK(shift == Shift::none);
+    // Shipping by the breakpoints, GETs on time and the queue long: pushed back to GET.
+    CHECK(choose(64, {5'000'000, 1}, shift) == Strategy::get);
+    CHECK(shift == Shift::pushed_back);
+    // The same with the GETs 50x late (80 ms): the queue costs less, and shipping stays.
+    CHECK(choose(64, {5'000'000, 50}, shift) == Strategy::xrdma);
+    CHECK(shift == Shift::none);
+    // No GET to fall back on: the breakpoints' choice.
+    const std::vector<Strategy> ship_only{Strategy::xrdma};
+    CHECK(loaded_choice(model, op.work(64), true, ship_only, Strategy::xrdma, {5'000'000, 1}) == Strategy::xrdma);
 }
 
 }  // namespace planner_model_test_cpp
