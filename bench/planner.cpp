@@ -225,6 +225,19 @@ std::optional<double> measured_crossover(const std::vector<Point*>& row, Strateg
     return found;
 }
 
+/// The size where `bp` changes from `a` to `b` nearest `near` (in octaves); nullopt if it
+/// never does.
+std::optional<double> transition(const Breakpoints& bp, Strategy a, Strategy b, double near) {
+    std::optional<double> found;
+    const auto& segs = bp.segments();
+    for (std::size_t i = 1; i < segs.size(); ++i) {
+        if (segs[i - 1].strategy != a || segs[i].strategy != b) continue;
+        const double at = static_cast<double>(segs[i].from);
+        if (!found || std::abs(std::log2(at / near)) < std::abs(std::log2(*found / near))) found = at;
+    }
+    return found;
+}
+
 } // namespace
 
 constexpr int kRunCostBatches = 9;
@@ -313,8 +326,9 @@ int main(int argc, char** argv) {
         unsigned agents;
         std::string code;
         Strategy a, b;
-        double predicted;
+        double predicted;                ///< by the calibration's model, before the row
         std::optional<double> measured;
+        std::optional<double> refit;     ///< by the planner's model after the idle row's runs refitted it
     };
     std::vector<Crossover> crossovers;
     std::vector<double> choose_ns, choose_after_ns; // choose()'s cost before and after each op's grid
@@ -384,7 +398,7 @@ int main(int argc, char** argv) {
                         fmt::print("   {} {} breakpoints:{}\n", spec.name, code, segs);
                         for (std::size_t i = 1; i < bp.segments().size(); ++i)
                             crossovers.push_back({spec.name, tl, n, code, bp.segments()[i - 1].strategy, bp.segments()[i].strategy,
-                                                  double(bp.segments()[i].from), std::nullopt});
+                                                  double(bp.segments()[i].from), std::nullopt, std::nullopt});
                         const auto sizes = grid_sizes(bp, cfg.octaves);
                         for (const auto& load : cfg.loads) {
                             std::unique_ptr<BackgroundLoad> bg;
@@ -503,6 +517,11 @@ int main(int argc, char** argv) {
                                            to_string(p.oracle), to_string(p.choice), p.regret);
                                 points.push_back(std::move(p));
                             }
+                            // What the planner predicts once the idle row's runs have refitted it.
+                            if (load == "idle")
+                                for (auto& c : crossovers)
+                                    if (c.op == spec.name && c.transport == tl && c.agents == n && c.code == code)
+                                        c.refit = transition(cold ? entry->cold : entry->cached, c.a, c.b, c.predicted);
                         }
                     }
                     choose_after_ns.push_back(time_choose());
@@ -570,6 +589,17 @@ int main(int argc, char** argv) {
             fmt::print("model error {:<6}: median {:.1f}% (target ≤ 25%), p90 {:.1f}% over {} idle points\n", to_string(s),
                        100 * errs[errs.size() / 2], 100 * errs[errs.size() * 9 / 10], errs.size());
     }
+    // Placed within half an octave: by the calibration's model, and by the model the planner
+    // chooses with after the row's runs (running figures refit it every PlannerOptions::refit_every).
+    std::size_t placed = 0, placed_refit = 0, rated = 0;
+    auto octaves = [](std::optional<double> predicted, std::optional<double> measured) {
+        return predicted && measured ? std::abs(std::log2(*predicted / *measured)) : HUGE_VAL;
+    };
+    auto refit_text = [&](const Crossover& c) {
+        if (!c.refit) return std::string("; after the row's refits the planner has no such crossover");
+        if (!c.measured) return fmt::format("; after the row's refits {:.0f}", *c.refit);
+        return fmt::format("; after the row's refits {:.0f}: {:.2f} octaves", *c.refit, octaves(c.refit, c.measured));
+    };
     for (const auto& c : crossovers) {
         // Two strategies within 10% of each other all along the row have no crossover to place.
         double spread = 0;
@@ -581,14 +611,20 @@ int main(int argc, char** argv) {
                        c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted);
             continue;
         }
+        ++rated;
+        placed += octaves(c.predicted, c.measured) <= 0.5;
+        placed_refit += octaves(c.refit, c.measured) <= 0.5;
         if (c.measured)
-            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, measured {:.1f}: {:.2f} octaves (target ≤ 0.5)\n", c.op,
+            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, measured {:.1f}: {:.2f} octaves (target ≤ 0.5){}\n", c.op,
                        c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted, *c.measured,
-                       std::abs(std::log2(c.predicted / *c.measured)));
+                       octaves(c.predicted, c.measured), refit_text(c));
         else
-            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, not seen once in the measured grid\n", c.op, c.transport,
-                       c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted);
+            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, not seen once in the measured grid{}\n", c.op, c.transport,
+                       c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted, refit_text(c));
     }
+    if (rated > 0)
+        fmt::print("crossovers within half an octave of the measured one: {} of {} as calibrated, {} after the rows' refits "
+                   "(ties left out)\n", placed, rated, placed_refit);
     auto print_choose = [](std::vector<double>& ns, const char* when) {
         if (ns.empty()) return;
         std::sort(ns.begin(), ns.end());
