@@ -5,6 +5,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <sys/types.h>
@@ -307,14 +308,23 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     // make it for a third of them. The load under test is the agent's own queue.
     const auto idle_shipped = shipped(*to_idle, **idle_op);
 
-    // A second client keeps the busy agent's one worker running 50 ms kernels, two in flight,
-    // so one is always queued.
+    // A second client keeps the busy agent's one worker running kernels, two in flight, so one
+    // is always queued: each 4x the fetch the planner estimates for the walk (at least 50 ms,
+    // at most 2 s; busy_count steps about a nanosecond each). The queue then costs more than
+    // fetching on any host: a CI host whose round trips took 518 us measured fetching the walk
+    // at 117 ms, and shipping behind a 78 ms queue of 50 ms kernels was the right choice there.
+    auto unloaded = to_busy->plan(**busy_op, kDepth);
+    REQUIRE(unloaded);
+    const auto kernel_steps = static_cast<std::uint64_t>(
+        std::clamp(4 * unloaded->estimate_of(Strategy::get), 50e6, 2e9));
+    INFO("background kernels of " << kernel_steps << " steps; the walk's fetch estimated at "
+                                  << unloaded->estimate_of(Strategy::get) / 1e6 << " ms");
     ClientOptions load_options;
     load_options.transport = Transport::tcp;
     load_options.loopback_only = true;
     load_options.call_timeout = 60s;
-    BackgroundLoad load(load_options, {busy.address()}, 2, [](Client& c, const Target& t) {
-        return c.ship(behaviour_kernels::busy_count, t, std::uint64_t{50'000'000});
+    BackgroundLoad load(load_options, {busy.address()}, 2, [kernel_steps](Client& c, const Target& t) {
+        return c.ship(behaviour_kernels::busy_count, t, kernel_steps);
     });
     REQUIRE(load.wait_for_calls(2, 30s));
     const auto busy_shipped = shipped(*to_busy, **busy_op);
