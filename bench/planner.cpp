@@ -209,14 +209,16 @@ std::vector<std::uint64_t> grid_sizes(const Breakpoints& bp, int octaves) {
     return {sizes.begin(), sizes.end()};
 }
 
+/// log(a's measured median ÷ b's) at `p`: negative where `a` is the faster.
+double log_ratio(const Point* p, Strategy a, Strategy b) { return std::log(p->forced.at(a).median / p->forced.at(b).median); }
+
 /// Where the fastest of `a` and `b` changes, from measured medians along sizes (geometric
 /// interpolation of the ratio between the two grid points it falls between); nullopt if it
 /// does not change, or changes more than once.
 std::optional<double> measured_crossover(const std::vector<Point*>& row, Strategy a, Strategy b) {
     std::optional<double> found;
     for (std::size_t i = 1; i < row.size(); ++i) {
-        auto r = [&](const Point* p) { return std::log(p->forced.at(a).median / p->forced.at(b).median); };
-        const double r0 = r(row[i - 1]), r1 = r(row[i]);
+        const double r0 = log_ratio(row[i - 1], a, b), r1 = log_ratio(row[i], a, b);
         if ((r0 < 0) == (r1 < 0)) continue;
         if (found) return std::nullopt;
         const double l0 = std::log2(double(row[i - 1]->size)), l1 = std::log2(double(row[i]->size));
@@ -228,12 +230,12 @@ std::optional<double> measured_crossover(const std::vector<Point*>& row, Strateg
 /// How far apart `a` and `b` measure at `size` (|log| of the ratio of their medians,
 /// interpolated in log size between the grid points around it); nullopt outside the row.
 std::optional<double> gap_at(const std::vector<Point*>& row, Strategy a, Strategy b, double size) {
-    auto r = [&](const Point* p) { return std::log(p->forced.at(a).median / p->forced.at(b).median); };
     for (std::size_t i = 1; i < row.size(); ++i) {
         const double s0 = double(row[i - 1]->size), s1 = double(row[i]->size);
         if (size < s0 || size > s1) continue;
         const double t = s1 > s0 ? std::log(size / s0) / std::log(s1 / s0) : 0;
-        return std::abs(r(row[i - 1]) + t * (r(row[i]) - r(row[i - 1])));
+        const double r0 = log_ratio(row[i - 1], a, b), r1 = log_ratio(row[i], a, b);
+        return std::abs(r0 + t * (r1 - r0));
     }
     return std::nullopt;
 }
@@ -343,6 +345,7 @@ int main(int argc, char** argv) {
         std::optional<double> measured;
         std::optional<double> refit;     ///< by the planner's model after the idle row's runs refitted it
         std::optional<double> gap;       ///< |log| of a's and b's measured ratio at the predicted size
+        double spread = 0;               ///< the largest |log| of that ratio along the row
     };
     std::vector<Crossover> crossovers;
     std::vector<double> choose_ns, choose_after_ns; // choose()'s cost before and after each op's grid
@@ -555,6 +558,7 @@ int main(int argc, char** argv) {
             if (p.op == c.op && p.transport == c.transport && p.agents == c.agents && p.code == c.code && p.load == "idle")
                 row.push_back(&p);
         std::sort(row.begin(), row.end(), [](const Point* a, const Point* b) { return a->size < b->size; });
+        for (const Point* p : row) c.spread = std::max(c.spread, std::abs(log_ratio(p, c.a, c.b)));
         if (row.size() < 2) continue;
         c.measured = measured_crossover(row, c.a, c.b);
         c.gap = gap_at(row, c.a, c.b, c.predicted);
@@ -620,11 +624,7 @@ int main(int argc, char** argv) {
     };
     for (const auto& c : crossovers) {
         // Two strategies within 10% of each other all along the row have no crossover to place.
-        double spread = 0;
-        for (const auto& p : points)
-            if (p.op == c.op && p.transport == c.transport && p.agents == c.agents && p.code == c.code && p.load == "idle")
-                spread = std::max(spread, std::abs(std::log(p.forced.at(c.a).median / p.forced.at(c.b).median)));
-        if (spread < std::log(1.1)) {
+        if (c.spread < std::log(1.1)) {
             fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}; the two are within 10% all along the row (a tie)\n", c.op,
                        c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted);
             continue;
