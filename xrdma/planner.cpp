@@ -72,27 +72,29 @@ double Planner::Impl::queue_wait_ns(std::uint32_t ahead, Clock::time_point now) 
     return std::max(reported, late);
 }
 
-double Planner::Impl::queue_wait_ns() const {
-    if (owner_record == nullptr) return 0; // nothing learnt of the owner yet
+/// The owner's load as the choice weighs it, at one reading of the clock: the wait, and while
+/// there is one and the owner's runs are late (update_lateness), how late its GETs are too.
+OwnerLoad Planner::Impl::owner_load(std::uint32_t ahead, Clock::time_point now) const {
+    OwnerLoad load{queue_wait_ns(ahead, now), 1};
+    if (load.wait_ns > 0 && owner_record != nullptr && owner_record->late_ns > 0 && now < owner_record->late_until)
+        load.get_late = owner_record->get_late;
+    return load;
+}
+
+OwnerLoad Planner::Impl::owner_load() const {
+    if (owner_record == nullptr) return {}; // nothing learnt of the owner yet
     // The coarse clock (4 ns where steady_clock takes 27 on the reference VM; choose() is the
     // planner's whole run-time cost): a load, stamped by it too, or a lateness window (100 ms)
     // lasts up to a tick (4 ms) longer.
     const auto now = coarse_steady_now();
-    return queue_wait_ns(calls_ahead(now), now);
+    return owner_load(calls_ahead(now), now);
 }
 
-/// While the owner's runs are late (a queue): how late its GETs are too, else 1.
-double Planner::Impl::get_late_factor(Clock::time_point now) const {
-    if (owner_record == nullptr) return 1;
-    const auto& rec = *owner_record;
-    return rec.late_ns > 0 && now < rec.late_until ? rec.get_late : 1;
-}
-
-Strategy Planner::Impl::choose(const OpState& st, std::uint64_t size, double wait, Shift* shift) const {
+Strategy Planner::Impl::choose(const OpState& st, std::uint64_t size, OwnerLoad load, Shift* shift) const {
     const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
     const Strategy by_breakpoints = bp.at(size);
-    if (wait <= 0) return by_breakpoints;
-    return loaded_choice(st.entry.model, st.op->work(size), st.cached, st.strategies, by_breakpoints, {wait, get_late_factor()}, shift);
+    if (load.wait_ns <= 0) return by_breakpoints;
+    return loaded_choice(st.entry.model, st.op->work(size), st.cached, st.strategies, by_breakpoints, load, shift);
 }
 
 void Planner::Impl::recompute(OpState& st) {
@@ -209,7 +211,7 @@ Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
 Strategy Planner::choose(const Op& op, std::uint64_t size) const {
     const auto* st = impl_->find(op);
     if (st == nullptr) return Strategy::get;
-    return impl_->choose(*st, size, impl_->queue_wait_ns());
+    return impl_->choose(*st, size, impl_->owner_load());
 }
 
 Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
@@ -218,10 +220,11 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
     Plan p;
     p.cached = st->cached;
-    p.queue_wait_ns = im.queue_wait_ns();
-    const double get_late = p.queue_wait_ns > 0 ? im.get_late_factor() : 1;
+    const OwnerLoad load = im.owner_load(); // one reading, for the choice and its estimates
+    p.queue_wait_ns = load.wait_ns;
+    const double get_late = load.get_late;
     Shift shift = Shift::none;
-    p.choice = im.choose(*st, size, p.queue_wait_ns, &shift);
+    p.choice = im.choose(*st, size, load, &shift);
     const auto work = op.work(size);
     for (auto s : st->strategies) {
         p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
@@ -252,10 +255,10 @@ Result<Bytes> Planner::run(Op& op, std::uint64_t size, Strategy* chosen) {
     // The owner's load is read once, for the choice and for what the run teaches.
     const auto now = Clock::now();
     const auto ahead = im.calls_ahead(now);
-    const double wait = im.queue_wait_ns(ahead, now);
+    const OwnerLoad load = im.owner_load(ahead, now);
     Shift shift = Shift::none;
-    const Strategy choice = im.choose(*st, size, wait, &shift);
-    auto r = im.run_recorded(*st, size, choice, ahead, wait);
+    const Strategy choice = im.choose(*st, size, load, &shift);
+    auto r = im.run_recorded(*st, size, choice, ahead, load.wait_ns);
     if (!r) return tl::make_unexpected(r.error());
     ++im.stats.chosen[index_of(choice)];
     if (shift == Shift::pushed_back) ++im.stats.pushed_back;

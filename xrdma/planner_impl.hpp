@@ -81,9 +81,9 @@ struct Planner::Impl {
     Result<CodeHash> code_hash(const Op& op) const;
     [[nodiscard]] std::uint32_t calls_ahead(Clock::time_point now = Clock::now()) const;
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead, Clock::time_point now) const;
-    [[nodiscard]] double queue_wait_ns() const;
-    [[nodiscard]] double get_late_factor(Clock::time_point now = coarse_steady_now()) const;
-    [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, double wait, Shift* shift = nullptr) const;
+    [[nodiscard]] OwnerLoad owner_load(std::uint32_t ahead, Clock::time_point now) const;
+    [[nodiscard]] OwnerLoad owner_load() const;
+    [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, OwnerLoad load, Shift* shift = nullptr) const;
     void recompute(OpState& st);
     void keep(const OpState& st, bool now = true);
     void save_wisdom();
