@@ -32,7 +32,7 @@ struct AgentConfig {
     std::uint16_t port = 0; ///< 0 picks a free port
     Transport transport = Transport::any;
     ProgressMode progress = ProgressMode::spin_then_block;
-    std::chrono::microseconds spin{200};
+    std::chrono::microseconds spin = kDefaultSpin;
     unsigned workers = 0; ///< 0: one per core
     /// How long an idle worker polls its queue before sleeping.
     std::chrono::microseconds worker_spin{0};

@@ -48,7 +48,7 @@ struct EngineOptions {
     ProgressMode mode = ProgressMode::spin_then_block;
     /// How long the progress thread keeps polling after the last event before it sleeps on the
     /// worker's event fd (spin_then_block only).
-    std::chrono::microseconds spin{200};
+    std::chrono::microseconds spin = kDefaultSpin;
     /// Payloads larger than this are refused before any buffer is allocated.
     std::uint64_t max_message = 64ull << 20;
     /// Loopback only (UCX_NET_DEVICES=lo) unless the environment already says otherwise.

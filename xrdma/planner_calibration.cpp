@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <bitship/transport.hpp>
+
 #include "planner_impl.hpp"
 
 namespace bitship::xrdma {
@@ -15,9 +17,9 @@ namespace {
 /// A strategy whose run took longer than this stops going to larger sizes in calibration (the
 /// fit extrapolates).
 constexpr auto kCalibrationRunLimit = std::chrono::milliseconds(400);
-/// How long an agent polls before it sleeps (ClientOptions::spin's default, which xagent's
-/// follows): a GET over mapped memory this long may leave the agents asleep.
-constexpr auto kAgentSpin = std::chrono::microseconds(200);
+/// How long an agent polls before it sleeps (xagent's --spin-us default): a GET over mapped
+/// memory this long may leave the agents asleep.
+constexpr auto kAgentSpin = kDefaultSpin;
 /// Untimed rounds of every strategy at the smallest size before calibration's timed runs, for
 /// at most kCalibrationWarmTime after the first (a range whose smallest size is slow).
 constexpr unsigned kCalibrationWarmRounds = 64;

@@ -212,7 +212,7 @@ struct ClientOptions {
     /// How long whoever progresses (the background thread, or a caller waiting on a Future,
     /// which leads progress itself) polls after the last event before sleeping on the
     /// worker's event fd (spin_then_block).
-    std::chrono::microseconds spin{200};
+    std::chrono::microseconds spin = kDefaultSpin;
     /// How long connect() waits for an agent's WELCOME.
     std::chrono::milliseconds connect_timeout{3000};
     /// Deadline of every call, from ship() to its result.

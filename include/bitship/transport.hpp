@@ -2,6 +2,7 @@
 /// @file
 /// Transport and progress choices shared by clients and agents.
 
+#include <chrono>
 #include <string_view>
 
 #include <bitship/errc.hpp>
@@ -19,5 +20,9 @@ std::string_view to_string(Transport t) noexcept;
 enum class ProgressMode { spin, block, spin_then_block };
 Result<ProgressMode> parse_progress_mode(std::string_view name);
 std::string_view to_string(ProgressMode m) noexcept;
+
+/// How long spin_then_block polls after the last event before it sleeps, by default: clients
+/// (ClientOptions::spin) and agents (xagent --spin-us) alike.
+inline constexpr std::chrono::microseconds kDefaultSpin{200};
 
 } // namespace bitship
