@@ -249,7 +249,11 @@ TEST_CASE("what refits learn reaches the wisdom file by the planner's end, not a
         REQUIRE(planner->add(**op, kDepths));
         calibrated = wisdom_line(file, &key);
         REQUIRE_FALSE(calibrated.empty()); // a calibration is written at once
-        for (std::uint64_t depth = 1; depth <= 64; ++depth) REQUIRE(planner->run(**op, depth));
+        // Runs until 8 refits (32 runs that teach), 64 a round: only runs within 4x of the
+        // estimate teach (kLearnLimit), and on a contended CI host one round of 64 over shared
+        // memory (2-3 us predicted) had 4 such runs.
+        for (int round = 0; round < 50 && planner->stats().refits < 8; ++round)
+            for (std::uint64_t depth = 1; depth <= 64; ++depth) REQUIRE(planner->run(**op, depth));
         REQUIRE(planner->stats().refits >= 8);
         last = Wisdom::format(key, *planner->entry(**op));
         REQUIRE(last != calibrated); // the runs taught it something (else this test shows nothing)
