@@ -222,15 +222,14 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
     p.cached = st->cached;
     const OwnerLoad load = im.owner_load(); // one reading, for the choice and its estimates
     p.queue_wait_ns = load.wait_ns;
-    const double get_late = load.get_late;
     Shift shift = Shift::none;
     p.choice = im.choose(*st, size, load, &shift);
     const auto work = op.work(size);
     for (auto s : st->strategies) {
         p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
-        if (s == Strategy::get && get_late > 1) {
-            p.estimates.back().ns *= get_late;
-            p.estimates.back().terms = fmt::format("({}) × {:.2g} late at the loaded owner", p.estimates.back().terms, get_late);
+        if (s == Strategy::get && load.get_late > 1) {
+            p.estimates.back().ns *= load.get_late;
+            p.estimates.back().terms = fmt::format("({}) × {:.2g} late at the loaded owner", p.estimates.back().terms, load.get_late);
         }
     }
     const auto& bp = st->cached ? st->entry.cached : st->entry.cold;

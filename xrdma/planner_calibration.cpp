@@ -17,9 +17,6 @@ namespace {
 /// A strategy whose run took longer than this stops going to larger sizes in calibration (the
 /// fit extrapolates).
 constexpr auto kCalibrationRunLimit = std::chrono::milliseconds(400);
-/// How long an agent polls before it sleeps (xagent's --spin-us default): a GET over mapped
-/// memory this long may leave the agents asleep.
-constexpr auto kAgentSpin = kDefaultSpin;
 /// Untimed rounds of every strategy at the smallest size before calibration's timed runs, for
 /// at most kCalibrationWarmTime after the first (a range whose smallest size is slow).
 constexpr unsigned kCalibrationWarmRounds = 64;
@@ -124,7 +121,9 @@ Result<void> Planner::Impl::time_across_range(OpState& st, const std::vector<std
                                                             to_string(s), op.size_name(), size));
                 times[index_of(s)].push_back(static_cast<double>(run->second.count()));
                 if (s != Strategy::get) agents_may_sleep = false;
-                else if (st.entry.model.link.mapped && run->second >= kAgentSpin) agents_may_sleep = true;
+                // A GET over mapped memory as long as an agent's spin window (xagent's default)
+                // may leave the agents asleep.
+                else if (st.entry.model.link.mapped && run->second >= kDefaultSpin) agents_may_sleep = true;
             }
         }
         std::erase_if(going, [&](Strategy s) {
