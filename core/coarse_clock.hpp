@@ -24,17 +24,23 @@ namespace bitship {
     return steady_clock::time_point(duration_cast<steady_clock::duration>(nanoseconds(coarse_now_ns())));
 }
 
+/// One tick of the coarse clock (its resolution: clock_getres), read once.
+[[nodiscard]] inline std::chrono::nanoseconds coarse_tick() noexcept {
+    using namespace std::chrono;
+    static const nanoseconds tick = [] {
+        timespec res{};
+        clock_getres(CLOCK_MONOTONIC_COARSE, &res);
+        return seconds(res.tv_sec) + nanoseconds(res.tv_nsec);
+    }();
+    return tick;
+}
+
 /// The clock a call's deadline starts from: the coarse clock as a steady_clock time point,
 /// moved on by two ticks, so it is never earlier than steady_clock::now() and at most two ticks
 /// (8 ms here) later. Deadlines are checked every Engine::kTick (20 ms), far coarser.
 [[nodiscard]] inline std::chrono::steady_clock::time_point deadline_clock_now() noexcept {
     using namespace std::chrono;
-    static const nanoseconds two_ticks = [] {
-        timespec res{};
-        clock_getres(CLOCK_MONOTONIC_COARSE, &res);
-        return 2 * (seconds(res.tv_sec) + nanoseconds(res.tv_nsec));
-    }();
-    return coarse_steady_now() + duration_cast<steady_clock::duration>(two_ticks);
+    return coarse_steady_now() + duration_cast<steady_clock::duration>(2 * coarse_tick());
 }
 
 } // namespace bitship

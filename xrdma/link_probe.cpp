@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fmt/format.h>
+#include <thread>
 #include <vector>
 
 namespace bitship::xrdma {
@@ -54,7 +55,7 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
     if (auto r = timed(bulk); !r) return tl::make_unexpected(r.error());
 
     RunningFigure rtt, get_small, get_bulk;
-    const auto deadline = Clock::now() + budget;
+    const auto deadline = Clock::now() + budget - kWakePings * kWakeSpell;
     for (std::size_t round = 0; round < kMaxRounds; ++round) {
         if (round > 0 && Clock::now() >= deadline) break;
         auto p = timed(ping);
@@ -70,6 +71,16 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
         }
     }
     out.rtt_ns = rtt.p50();
+    // The woken pings last: the rounds before keep the agent awake, as calls do.
+    RunningFigure woken;
+    for (std::size_t i = 0; i < kWakePings; ++i) {
+        std::this_thread::sleep_for(kWakeSpell);
+        auto p = timed(ping);
+        if (!p) return tl::make_unexpected(p.error());
+        woken.add(*p);
+    }
+    out.wake_ns = std::max(0.0, woken.p50() - out.rtt_ns);
+    out.woken_pings = woken.count();
     out.get_ns = get_small.p50();
     out.pings = rtt.count();
     out.small_gets = get_small.count();

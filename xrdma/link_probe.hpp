@@ -22,7 +22,14 @@ struct LinkFigures {
     /// what a user keeps there; the planner takes it from real PUTs (RunningFigure) instead.
     double put_ns_per_byte = 0;
     bool mapped = false;   ///< the peer's memory is directly mapped (shared-memory transport)
+    /// What a round trip to the agent costs beyond rtt_ns after it has been left idle past its
+    /// spin window (kWakeSpell: an xagent in its default spin-then-block mode has gone to
+    /// sleep, and the message wakes it; one spinning still has its caches cooled), median of
+    /// `woken_pings` pings, each after such a spell; never below 0. Not kept in wisdom: every
+    /// open() measures the agents it has.
+    double wake_ns = 0;
     std::size_t pings = 0; ///< how many samples each figure is the median of
+    std::size_t woken_pings = 0;
     std::size_t small_gets = 0;
     std::size_t bulk_gets = 0;
     std::uint32_t bulk_bytes = 0; ///< the size of each bulk GET
@@ -32,9 +39,16 @@ struct LinkFigures {
     std::uint32_t lanes = 0;
 };
 
+/// How long the probe leaves an agent idle before each of its woken pings: past xagent's
+/// default spin window (kDefaultSpin, 200 µs) with room for a late clock.
+inline constexpr std::chrono::microseconds kWakeSpell{1000};
+/// Woken pings a probe takes (LinkFigures::wake_ns).
+inline constexpr std::size_t kWakePings = 2;
+
 /// Measures a link within `budget` (default 5 ms) using `region` of the target for the GETs
 /// (read only). Takes at least one sample of each kind whatever the budget, then more, in
-/// rounds, while the budget lasts (at most kMaxRounds). Fails with the call's error when the
+/// rounds, while the budget less the woken pings' spells lasts (at most kMaxRounds); then
+/// kWakePings pings, each after kWakeSpell of leaving the agent alone. Fails with the call's error when the
 /// agent does not answer, invalid_argument when `region` is not `target`'s or under 8 bytes.
 Result<LinkFigures> probe_link(Client& client, const Target& target, const RemoteRegion& region,
                                std::chrono::microseconds budget = std::chrono::milliseconds(5));

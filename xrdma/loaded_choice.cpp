@@ -6,12 +6,13 @@ namespace bitship::xrdma {
 
 Strategy loaded_choice(const OpModel& model, const OpWork& work, bool cached, std::span<const Strategy> strategies,
                        Strategy by_breakpoints, OwnerLoad load, Shift* shift) noexcept {
-    if (load.wait_ns <= 0 || std::find(strategies.begin(), strategies.end(), Strategy::get) == strategies.end())
+    const double remote_wait_ns = std::max(load.wait_ns, 0.0) + std::max(load.wake_ns, 0.0);
+    if (remote_wait_ns <= 0 || std::find(strategies.begin(), strategies.end(), Strategy::get) == strategies.end())
         return by_breakpoints;
-    const double get_ns = load.get_late * estimate_ns(model, Strategy::get, work, cached);
+    const double get_ns = load.get_late * estimate_ns(model, Strategy::get, work, cached) + std::max(load.get_wake_ns, 0.0);
     if (by_breakpoints != Strategy::get) {
-        if (get_ns >= estimate_ns(model, by_breakpoints, work, cached, load.wait_ns)) return by_breakpoints;
-        if (shift != nullptr) *shift = Shift::pushed_back;
+        if (get_ns >= estimate_ns(model, by_breakpoints, work, cached, remote_wait_ns)) return by_breakpoints;
+        if (shift != nullptr) *shift = load.wait_ns > 0 ? Shift::pushed_back : Shift::asleep;
         return Strategy::get;
     }
     // GET by the breakpoints, its GETs late too (cold rows over TCP: GET chosen at 0.5-3.3 ms
@@ -21,7 +22,7 @@ Strategy loaded_choice(const OpModel& model, const OpWork& work, bool cached, st
     double best = get_ns;
     for (auto s : strategies) {
         if (s == Strategy::get) continue;
-        if (const double e = estimate_ns(model, s, work, cached, load.wait_ns); e < best) {
+        if (const double e = estimate_ns(model, s, work, cached, remote_wait_ns); e < best) {
             best = e;
             choice = s;
         }

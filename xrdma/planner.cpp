@@ -78,11 +78,29 @@ OwnerLoad Planner::Impl::owner_load(std::uint32_t ahead, Clock::time_point now) 
     OwnerLoad load{queue_wait_ns(ahead, now), 1};
     if (load.wait_ns > 0 && owner_record != nullptr && owner_record->late_ns > 0 && now < owner_record->late_until)
         load.get_late = owner_record->get_late;
+    load.wake_ns = wake_ns();
+    if (reaches_owner(Strategy::get)) load.get_wake_ns = load.wake_ns;
     return load;
 }
 
+/// What waking the owner adds to a call sent now: nothing while it has heard from this client
+/// within the agents' spin window. Its last reply to the client (Client::load) is stamped by
+/// the coarse clock, so it counts as up to a tick later than stamped: an owner is taken to be
+/// asleep only when it surely is, as far as this client knows (another client's calls may keep
+/// it awake; then the planner errs towards GET). Reads steady_clock (the spin window is far
+/// finer than the coarse clock's tick), so choose(), plan() and run() see the same.
+double Planner::Impl::wake_ns() const {
+    if (options.agent_spin.count() <= 0) return 0;
+    const double wake = options.wake_ns >= 0 ? options.wake_ns : link.wake_ns;
+    if (wake <= 0) return 0;
+    const auto now = Clock::now();
+    auto heard = owner_heard;
+    if (const auto replied = client->load(agents.front()).at; replied != Clock::time_point{})
+        heard = std::max(heard, replied + std::chrono::duration_cast<Clock::duration>(coarse_tick()));
+    return now - heard > options.agent_spin ? wake : 0;
+}
+
 OwnerLoad Planner::Impl::owner_load() const {
-    if (owner_record == nullptr) return {}; // nothing learnt of the owner yet
     // The coarse clock (4 ns where steady_clock takes 27 on the reference VM; choose() is the
     // planner's whole run-time cost): a load, stamped by it too, or a lateness window (100 ms)
     // lasts up to a tick (4 ms) longer.
@@ -93,7 +111,7 @@ OwnerLoad Planner::Impl::owner_load() const {
 Strategy Planner::Impl::choose(const OpState& st, std::uint64_t size, OwnerLoad load, Shift* shift) const {
     const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
     const Strategy by_breakpoints = bp.at(size);
-    if (load.wait_ns <= 0) return by_breakpoints;
+    if (load.wait_ns <= 0 && load.wake_ns <= 0) return by_breakpoints;
     return loaded_choice(st.entry.model, st.op->work(size), st.cached, st.strategies, by_breakpoints, load, shift);
 }
 
@@ -222,14 +240,19 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
     p.cached = st->cached;
     const OwnerLoad load = im.owner_load(); // one reading, for the choice and its estimates
     p.queue_wait_ns = load.wait_ns;
+    p.wake_ns = load.wake_ns;
     Shift shift = Shift::none;
     p.choice = im.choose(*st, size, load, &shift);
     const auto work = op.work(size);
     for (auto s : st->strategies) {
-        p.estimates.push_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
+        auto& e = p.estimates.emplace_back(explain(st->entry.model, s, work, st->cached, p.queue_wait_ns));
         if (s == Strategy::get && load.get_late > 1) {
-            p.estimates.back().ns *= load.get_late;
-            p.estimates.back().terms = fmt::format("({}) × {:.2g} late at the loaded owner", p.estimates.back().terms, load.get_late);
+            e.ns *= load.get_late;
+            e.terms = fmt::format("({}) × {:.2g} late at the loaded owner", e.terms, load.get_late);
+        }
+        if (const double wake = s == Strategy::get ? load.get_wake_ns : load.wake_ns; wake > 0) {
+            e.ns += wake;
+            e.terms += fmt::format(" + waking the owner {}", format_ns(wake));
         }
     }
     const auto& bp = st->cached ? st->entry.cached : st->entry.cold;
@@ -243,6 +266,7 @@ Result<Plan> Planner::plan(const Op& op, std::uint64_t size) const {
         if (e.strategy != p.choice) p.reason += fmt::format(" vs {}: {} est ({})", to_string(e.strategy), format_ns(e.ns), e.terms);
     if (shift == Shift::pushed_back) p.reason += "; the owner's queue pushes the work back";
     if (shift == Shift::late_gets) p.reason += "; the loaded owner's GETs are late too: its queue costs less";
+    if (shift == Shift::asleep) p.reason += "; the owner is asleep (idle past its spin window): fetching costs less than waking it";
     if (p.breakpoint) p.reason += fmt::format("; breakpoint {} {}", op.size_name(), *p.breakpoint);
     return p;
 }
@@ -257,11 +281,12 @@ Result<Bytes> Planner::run(Op& op, std::uint64_t size, Strategy* chosen) {
     const OwnerLoad load = im.owner_load(ahead, now);
     Shift shift = Shift::none;
     const Strategy choice = im.choose(*st, size, load, &shift);
-    auto r = im.run_recorded(*st, size, choice, ahead, load.wait_ns);
+    auto r = im.run_recorded(*st, size, choice, ahead, load.wait_ns, choice == Strategy::get ? load.get_wake_ns : load.wake_ns);
     if (!r) return tl::make_unexpected(r.error());
     ++im.stats.chosen[index_of(choice)];
     if (shift == Shift::pushed_back) ++im.stats.pushed_back;
     if (shift == Shift::late_gets) ++im.stats.past_late_gets;
+    if (shift == Shift::asleep) ++im.stats.let_sleep;
     if (chosen != nullptr) *chosen = choice;
     return std::move(r->first);
 }
@@ -272,7 +297,8 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::run_as(Op& op, std::
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
     const auto now = Clock::now();
     const auto ahead = im.calls_ahead(now);
-    return im.run_recorded(*st, size, strategy, ahead, im.queue_wait_ns(ahead, now));
+    const double wake = im.reaches_owner(strategy) ? im.wake_ns() : 0;
+    return im.run_recorded(*st, size, strategy, ahead, im.queue_wait_ns(ahead, now), wake);
 }
 
 void Planner::code_evicted(const Op& op) {

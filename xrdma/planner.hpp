@@ -72,6 +72,14 @@ struct PlannerOptions {
     /// A reported queue, or late runs, older than this are stale: the agent is taken as idle
     /// again (and, pushed back to GET, tried with shipping again).
     std::chrono::milliseconds load_fresh{100};
+    /// How long the agents spin before they sleep (xagent --spin-us; this is its default): an
+    /// owner that long without a message from this client is taken to be asleep, and a remote
+    /// run (or a GET walk where the owner serves GETs, TCP) pays for waking it once.
+    /// 0: the owner is never taken to be asleep.
+    std::chrono::microseconds agent_spin = kDefaultSpin;
+    /// What waking a sleeping owner costs, ns; negative: what the link probes measured
+    /// (LinkFigures::wake_ns, the agents' mean).
+    double wake_ns = -1;
 };
 
 /// The planner's decision for one call, and why.
@@ -80,6 +88,7 @@ struct Plan {
     std::vector<Estimate> estimates; ///< every strategy it may choose from
     bool cached = false;             ///< the agents hold the shipped code
     double queue_wait_ns = 0;        ///< what the owner's reported queue adds to remote strategies
+    double wake_ns = 0;              ///< what waking the sleeping owner adds to them (0: awake)
     std::optional<std::uint64_t> breakpoint; ///< the nearest size where the choice changes
     /// "xrdma: 31 µs est (cached; rtt 19 µs + 1024 × 12 ns) vs get: 12.3 ms est (1024 × 12 µs);
     /// breakpoint depth 2"
@@ -96,6 +105,8 @@ struct PlannerStats {
     std::array<std::uint64_t, kStrategies> chosen{}; ///< by Strategy
     std::uint64_t pushed_back = 0;  ///< runs fetched because the owner's queue made shipping dearer
     std::uint64_t past_late_gets = 0; ///< runs sent to a loaded owner whose GETs were later than its queue
+    std::uint64_t woke = 0;         ///< runs that found the owner asleep and woke it
+    std::uint64_t let_sleep = 0;    ///< runs fetched because waking the owner made shipping dearer
     std::uint64_t slow_flags = 0;   ///< times an agent was flagged as slow (slow_agents(), and a warning)
 };
 
@@ -116,8 +127,9 @@ public:
     /// op.name(). `op` must outlive the planner.
     Result<void> add(Op& op, Boundaries boundaries, std::string label = {});
 
-    /// The run-time choice: a breakpoint lookup, and where the owner is loaded a comparison with
-    /// GET (with every strategy where the breakpoints chose GET and its GETs are late too).
+    /// The run-time choice: a breakpoint lookup, and where the owner is loaded or asleep a
+    /// comparison with GET (with every strategy where the breakpoints chose GET and its GETs
+    /// are late too).
     [[nodiscard]] Strategy choose(const Op& op, std::uint64_t size) const;
     /// choose(), with every strategy's estimate and the reason.
     [[nodiscard]] Result<Plan> plan(const Op& op, std::uint64_t size) const;

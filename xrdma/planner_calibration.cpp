@@ -198,9 +198,11 @@ Result<void> Planner::Impl::probe_all() {
         l.rtt_ns = std::min(l.rtt_ns, figures->rtt_ns);
         l.get_ns = std::min(l.get_ns, figures->get_ns);
         l.get_ns_per_byte = std::min(l.get_ns_per_byte, figures->get_ns_per_byte);
+        l.wake_ns = std::min(l.wake_ns, figures->wake_ns);
     }
     link = combined(links);
     link.lanes = lanes_of(agents);
+    owner_heard = Clock::now(); // the probes' last pings reached every agent
     return {};
 }
 
@@ -224,9 +226,10 @@ std::uint32_t Planner::Impl::lanes_of(const std::vector<Target>& agents) {
 LinkFigures Planner::Impl::combined(const std::vector<LinkFigures>& all) {
     LinkFigures out = all.front();
     if (all.size() == 1) return out;
-    out.rtt_ns = out.get_ns = out.get_ns_per_byte = 0;
+    out.rtt_ns = out.get_ns = out.get_ns_per_byte = out.wake_ns = 0;
     for (const auto& l : all) {
         out.rtt_ns += l.rtt_ns / static_cast<double>(all.size());
+        out.wake_ns += l.wake_ns / static_cast<double>(all.size());
         out.get_ns += l.get_ns / static_cast<double>(all.size());
         out.get_ns_per_byte += l.get_ns_per_byte / static_cast<double>(all.size());
         out.mapped = out.mapped && l.mapped;

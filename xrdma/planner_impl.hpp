@@ -64,6 +64,9 @@ struct Planner::Impl {
     std::map<const Op*, OpState> ops;
     std::map<std::uint64_t, AgentRecord> records; // by Target::id()
     AgentRecord* owner_record = nullptr;           // records' entry for agents.front(), once it has one
+    /// When a run of this planner (or its link probe) last reached the owner; with the client's
+    /// latest reply from it (Client::load), what says whether the owner has gone to sleep.
+    Clock::time_point owner_heard{};
     PlannerStats stats;
 
     [[nodiscard]] const OpState* find(const Op& op) const {
@@ -83,6 +86,8 @@ struct Planner::Impl {
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead, Clock::time_point now) const;
     [[nodiscard]] OwnerLoad owner_load(std::uint32_t ahead, Clock::time_point now) const;
     [[nodiscard]] OwnerLoad owner_load() const;
+    [[nodiscard]] double wake_ns() const;
+    [[nodiscard]] bool reaches_owner(Strategy s) const noexcept { return s != Strategy::get || !link.mapped; }
     [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, OwnerLoad load, Shift* shift = nullptr) const;
     void recompute(OpState& st);
     void keep(const OpState& st, bool now = true);
@@ -103,8 +108,9 @@ struct Planner::Impl {
     // planner_record.cpp: real runs and what they teach.
     Result<std::pair<Bytes, std::chrono::nanoseconds>> timed(Op& op, std::uint64_t size, Strategy s, bool check);
     Result<std::pair<Bytes, std::chrono::nanoseconds>> run_recorded(OpState& st, std::uint64_t size, Strategy s, std::uint32_t ahead,
-                                                                   double wait);
-    void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double actual_ns);
+                                                                   double wait, double wake);
+    void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double wake,
+                double actual_ns);
     void learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool loaded, double actual_ns, double unloaded_ns);
     void update_lateness(AgentRecord& rec, Clock::time_point now) const;
     static void push_sample(std::vector<Sample>& v, Sample s);

@@ -39,11 +39,14 @@ double median_of_first(std::array<double, N>& v, std::size_t n) {
 }
 } // namespace
 
-/// One run by `s`, timed; the answer checked against the op's own when `check`.
+/// One run by `s`, timed; the answer checked against the op's own when `check`. A run that
+/// reached the owner (reaches_owner) leaves it awake: owner_heard.
 Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::timed(Op& op, std::uint64_t size, Strategy s, bool check) {
     const auto t0 = Clock::now();
     auto answer = op.start(s, size).get();
-    const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0);
+    const auto t1 = Clock::now();
+    const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0);
+    if (reaches_owner(s)) owner_heard = t1;
     if (!answer) return tl::make_unexpected(answer.error());
     if (check && *answer != op.expected(size))
         return fail(Errc::internal, fmt::format("op {} by {} at {} {}: the answer differs from the reference", op.name(),
@@ -54,25 +57,30 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::timed(Op& op, 
 /// One run by `s`, timed, and what it teaches: `ahead` and `wait` are the owner's load as
 /// it was just before (calls_ahead, queue_wait_ns).
 Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::run_recorded(OpState& st, std::uint64_t size, Strategy s,
-                                                                                std::uint32_t ahead, double wait) {
+                                                                                std::uint32_t ahead, double wait, double wake) {
     const bool cached_before = st.cached;
     auto r = timed(*st.op, size, s, false);
     if (!r) return r;
     if (ships_code(s)) st.cached = true;
     ++stats.runs;
-    record(st, size, s, cached_before, wait, ahead > 0, static_cast<double>(r->second.count()));
+    if (wake > 0) ++stats.woke;
+    record(st, size, s, cached_before, wait, ahead > 0, wake, static_cast<double>(r->second.count()));
     return r;
 }
 
-void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double actual_ns) {
+/// `wake`: what waking the owner was taken to add to this run (0: it was awake). Such a run
+/// is judged against its prediction with the wake-up in it, and teaches neither the model
+/// (the awake agent's) nor the lateness (a queue).
+void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double wake,
+                           double actual_ns) {
     const auto work = st.op->work(size);
     // Against what the agent's own report predicted: a wait the planner inferred from late
     // runs (update_lateness) must not hide an agent that stays slow.
-    const double predicted = estimate_ns(st.entry.model, s, work, cached_before, owner_full ? wait : 0);
+    const double predicted = estimate_ns(st.entry.model, s, work, cached_before, owner_full ? wait : 0) + wake;
     const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
     auto& rec = records[agents.front().id()];
     owner_record = &rec;
-    if (cached_before || !ships_code(s)) {
+    if (wake <= 0 && (cached_before || !ships_code(s))) {
         auto& recent = s == Strategy::get ? rec.recent_gets : rec.recent;
         const auto now = Clock::now();
         if (unloaded > 0) recent.push_back({now, actual_ns / unloaded, actual_ns - unloaded});
@@ -80,13 +88,13 @@ void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cac
         update_lateness(rec, now);
     }
     if (predicted > 0) rec.ratio.add(actual_ns / predicted);
-    if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - unloaded));
+    if (owner_full && wake <= 0 && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - unloaded));
     // Loaded: the owner reported a full house, or its queue is inferred from late runs
     // (update_lateness). Such a run does not teach the model, which is the unloaded agent's
     // (the queue is added apart): learnt, a background load's runs (8x a GET over TCP beside
     // a busy worker) refit it, and the runs after the load ended were planned from it
     // (bench/results/planner_learn_ab_20261202.txt).
-    const bool loaded = owner_full || wait > 0;
+    const bool loaded = owner_full || wait > 0 || wake > 0;
     // Judged every 8 runs: re-judged on every one, a median near slow_factor would raise the
     // flag (and its warning) again and again.
     if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, loaded, actual_ns, unloaded);

@@ -328,4 +328,43 @@ TEST_CASE("a loaded owner whose GETs are late too gets the work where fetching c
     CHECK(loaded_choice(model, op.work(64), true, ship_only, Strategy::xrdma, {5'000'000, 1}) == Strategy::xrdma);
 }
 
+TEST_CASE("a sleeping owner gets the work only where shipping saves more than waking it costs", "[unit]") {
+    WalkShape op;
+    const auto model = tcp_like();
+    const std::vector<Strategy> ship_or_get{Strategy::get, Strategy::xrdma};
+    const auto bp = Breakpoints::compute(model, op, 1, 4096, true, ship_or_get);
+    auto est = [&](Strategy s, std::uint64_t depth) { return estimate_ns(model, s, op.work(depth), true); };
+    // Depth 4: shipping (~30 µs) beats 4 GETs (~100 µs) by ~70 µs; depth 64 by ~1.6 ms.
+    REQUIRE(bp.at(4) == Strategy::xrdma);
+    REQUIRE(bp.at(64) == Strategy::xrdma);
+    const double saved_at_4 = est(Strategy::get, 4) - est(Strategy::xrdma, 4);
+    REQUIRE(saved_at_4 > 10'000);
+    auto choose = [&](std::uint64_t depth, OwnerLoad load, Shift& shift) {
+        shift = Shift::none;
+        return loaded_choice(model, op.work(depth), true, ship_or_get, bp.at(depth), load, &shift);
+    };
+    Shift shift{};
+    // Waking it costs more than shipping saves at depth 4, and GETs over mapped memory wake
+    // nobody: fetch, and say why.
+    OwnerLoad asleep{0, 1, saved_at_4 + 5'000, 0};
+    CHECK(choose(4, asleep, shift) == Strategy::get);
+    CHECK(shift == Shift::asleep);
+    // At depth 64 shipping saves far more than the wake-up: ship all the same.
+    CHECK(choose(64, asleep, shift) == Strategy::xrdma);
+    CHECK(shift == Shift::none);
+    // A wake-up cheaper than what shipping saves at depth 4: ship.
+    CHECK(choose(4, {0, 1, saved_at_4 - 5'000, 0}, shift) == Strategy::xrdma);
+    CHECK(shift == Shift::none);
+    // Where the owner serves the GETs (TCP), the walk wakes it too: the breakpoints' choice.
+    CHECK(choose(4, {0, 1, saved_at_4 + 5'000, saved_at_4 + 5'000}, shift) == Strategy::xrdma);
+    CHECK(shift == Shift::none);
+    // Asleep where the breakpoints chose GET: GET, whatever the wake-up.
+    CHECK(bp.at(1) == Strategy::get);
+    CHECK(choose(1, asleep, shift) == Strategy::get);
+    CHECK(shift == Shift::none);
+    // A queue and a wake-up together push back as the queue: pushed_back.
+    CHECK(choose(4, {10'000, 1, saved_at_4, 0}, shift) == Strategy::get);
+    CHECK(shift == Shift::pushed_back);
+}
+
 }  // namespace planner_model_test_cpp

@@ -58,6 +58,10 @@ PlannerOptions options_in(const std::filesystem::path& dir) {
     o.wisdom = dir / "planner.wisdom";
     o.calibration_runs = 2;
     o.calibration_sizes = 4;
+    // Never taken asleep: these tests weigh load, wisdom and lateness, and a test thread the
+    // host runs late would find the agent idle past its spin window now and then, and plan()
+    // and the run() after it differ. The sleeping owner has a test of its own.
+    o.agent_spin = std::chrono::microseconds(0);
     return o;
 }
 
@@ -179,6 +183,101 @@ TEST_CASE("plan explains every strategy's estimate and run follows it with the r
     REQUIRE_FALSE(too_big);
     CHECK(too_big.error().code == Errc::out_of_bounds);
     std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("an owner idle past its spin window is taken to be asleep: waking it is weighed against fetching", "[integration][serial]") {
+    auto transport = GENERATE(as<std::string>{}, "tcp", "shm");
+    INFO(transport);
+    AgentProcess agent(transport, chase_region()); // spin-then-block, xagent's default
+    auto client = client_for(transport);
+    auto target = client.connect(agent.address());
+    REQUIRE(target);
+    auto options = options_in({});
+    options.wisdom.clear();
+    // The probe measures the wake-up; the choice is checked with one far dearer than any run
+    // here, and a spin window far longer than the test's own steps, so that neither the
+    // machine's speed nor a late test thread decides it.
+    options.agent_spin = 50ms;
+    auto probed = Planner::open(client, {*target}, [&] {
+        auto o = options;
+        o.agent_spin = std::chrono::microseconds(0);
+        return o;
+    }());
+    REQUIRE(probed);
+    CHECK(probed->link().woken_pings == kWakePings);
+    CHECK(probed->link().wake_ns >= 0);
+    WARN(fmt::format("{}: round trip {:.1f} us, after {} us idle {:.1f} us more", transport, probed->link().rtt_ns / 1e3,
+                     kWakeSpell.count(), probed->link().wake_ns / 1e3));
+    options.wake_ns = 1e9; // 1 s
+    auto planner = Planner::open(client, {*target}, options);
+    REQUIRE(planner);
+    auto op = ChaseOp::create(client, {*target}, kNodes, 11);
+    REQUIRE(op);
+    REQUIRE(planner->add(**op, {1, 4096}));
+    const auto& bp = planner->entry(**op)->cached;
+    const std::vector<std::uint64_t> depths{1, 16, 256, 4096};
+    // Awake (the calibration's runs just reached it): the breakpoints, no wake-up anywhere.
+    for (auto depth : depths) {
+        auto plan = planner->plan(**op, depth);
+        REQUIRE(plan);
+        INFO(plan->reason);
+        CHECK(plan->wake_ns == 0);
+        CHECK(plan->choice == bp.at(depth));
+    }
+    // Left alone past the spin window: asleep.
+    std::this_thread::sleep_for(120ms);
+    bool pushed = false;
+    for (auto depth : depths) {
+        auto plan = planner->plan(**op, depth);
+        REQUIRE(plan);
+        INFO(plan->reason);
+        CHECK(plan->wake_ns == 1e9);
+        for (const auto& e : plan->estimates) {
+            // Over TCP the owner serves the GETs too: every strategy wakes it.
+            const bool wakes = e.strategy != Strategy::get || transport == "tcp";
+            CHECK((e.terms.find("waking the owner") != std::string::npos) == wakes);
+            CHECK((e.ns >= 1e9) == wakes);
+        }
+        if (transport == "tcp") {
+            CHECK(plan->choice == bp.at(depth));
+        } else {
+            // Over mapped memory a GET wakes nobody: fetching, whatever the breakpoints said.
+            CHECK(plan->choice == Strategy::get);
+            if (bp.at(depth) != Strategy::get) {
+                pushed = true;
+                CHECK_THAT(plan->reason, Catch::Contains("the owner is asleep"));
+            }
+        }
+    }
+    // A run by the breakpoints' remote choice wakes it; the planner counts it, and the owner
+    // is awake for the next plan.
+    if (transport == "tcp") {
+        REQUIRE(bp.at(4096) != Strategy::get); // a round trip a hop is never the cheaper over TCP
+        Strategy taken{};
+        auto answer = planner->run(**op, 4096, &taken);
+        REQUIRE(answer);
+        CHECK(*answer == (*op)->expected(4096));
+        CHECK(taken == bp.at(4096));
+        CHECK(planner->stats().woke == 1);
+        auto plan = planner->plan(**op, 4096);
+        REQUIRE(plan);
+        CHECK(plan->wake_ns == 0);
+    } else if (pushed) {
+        // The deepest walk the breakpoints ship: fetched instead, and the owner left asleep.
+        auto depth = *std::find_if(depths.rbegin(), depths.rend(), [&](std::uint64_t d) { return bp.at(d) != Strategy::get; });
+        Strategy taken{};
+        auto answer = planner->run(**op, depth, &taken);
+        REQUIRE(answer);
+        CHECK(*answer == (*op)->expected(depth));
+        CHECK(taken == Strategy::get);
+        CHECK(planner->stats().let_sleep == 1);
+        CHECK(planner->stats().woke == 0);
+        auto plan = planner->plan(**op, depth);
+        REQUIRE(plan);
+        CHECK(plan->wake_ns == 1e9);
+    } else {
+        WARN("shm: GET was the breakpoints' choice at every depth here; no walk to push back");
+    }
 }
 
 TEST_CASE("the wisdom file survives a restart, and is measured again when the link changes", "[integration][serial]") {
