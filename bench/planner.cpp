@@ -6,7 +6,12 @@
 // strategy is run forced (the oracle is the fastest median) and the planner's own choice is
 // run. Printed, written as CSV, plotted per op.
 //
-// Judged (the targets): the choice within 1.05× of the oracle at ≥ 95% of points;
+// The asleep rows (cached code): every run, forced or the planner's, after an idle spell past
+// the agents' spin window, so it finds them asleep (xagent's default spin-then-block); the
+// planner weighs the wake-up (PlannerOptions::agent_spin, LinkFigures::wake_ns). Judged apart
+// from the grid, beside what the breakpoints alone (an awake owner's choice) would do.
+//
+// Judged (the targets, over the idle and busy rows): the choice within 1.05× of the oracle at ≥ 95% of points;
 // regret (chosen ÷ oracle) geometric mean ≤ 1.03, worst ≤ 1.5; predicted crossovers within half
 // an octave of measured ones; median model error ≤ 25% per strategy; choose() ≤ 100 ns.
 
@@ -52,7 +57,8 @@ struct Config {
     std::vector<std::string> transports{"tcp", "shm"};
     std::vector<unsigned> agent_counts{1, 4};
     std::vector<std::string> codes{"cached", "cold"};
-    std::vector<std::string> loads{"idle", "busy"};
+    std::vector<std::string> loads{"idle", "busy", "asleep"};
+    int asleep_us = 2000; ///< the idle spell before each run of the asleep rows
     int reps = 7;
     /// A busy agent's runs spread over two orders of magnitude (over TCP 8 µs-4 ms at one point,
     /// the background kernel's length and the host's scheduler), and a median of 7 picked the
@@ -132,6 +138,7 @@ struct Point {
     std::map<Strategy, int> choices;
     Strategy oracle = Strategy::get;
     Strategy choice = Strategy::get; ///< the planner's most frequent choice
+    Strategy by_breakpoints = Strategy::get; ///< the breakpoints' choice (an awake, unloaded owner's)
     double regret = 1;               ///< forced median of the choice ÷ the oracle's
     double planned_regret = 1;       ///< the planner's own runs ÷ the oracle's
     std::uint64_t crossover = 0;     ///< the first predicted crossover of its row (0: none)
@@ -287,7 +294,8 @@ int main(int argc, char** argv) {
     options.add("--transport", cfg.transports, "tcp, shm").transport();
     options.add("--agents", cfg.agent_counts, "agent counts");
     options.add("--code", cfg.codes, "cached, cold");
-    options.add("--load", cfg.loads, "idle, busy");
+    options.add("--load", cfg.loads, "idle, busy, asleep (cached code only: each run after --asleep-us idle)");
+    options.add("--asleep-us", cfg.asleep_us, "asleep rows: the idle spell before each run, us (past xagent's spin window, 200 us)");
     options.add("--reps", cfg.reps, "timed runs per strategy per point (cached code)");
     options.add("--busy-reps", cfg.busy_reps, "timed runs per strategy per point (cached code, busy agent)");
     options.add("--cold-reps", cfg.cold_reps, "timed runs per strategy per point (cold code)");
@@ -326,12 +334,13 @@ int main(int argc, char** argv) {
                "  before and after each run that compiles);\n"
                "  each rep runs every strategy and the planner in turn, in an order shuffled each rep (cold code: GET and\n"
                "  native first, then the planner, then the strategies that compile, so a compile's cache sweep is theirs);\n"
+               "  asleep (cached code): every run after {} us idle instead, the agents left to sleep;\n"
                "  progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
                fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.busy_reps, cfg.cold_reps, cfg.octaves,
                cfg.burn_depth, cfg.burn_turns,
                cfg.busy_agents == 0 ? std::string("every agent") : fmt::format("the first {} agent(s)", cfg.busy_agents),
-               cfg.progress, cfg.wisdom);
+               cfg.asleep_us, cfg.progress, cfg.wisdom);
     fmt::print("{:<7} {:<4} {:>2} {:<6} {:<4} {:>7} | {:>10} {:>10} {:>10} {:>10} | {:>10} {:<7} {:<7} {:>6}\n", "op", "tl", "n",
                "code", "load", "size", "get us", "native us", "xrdma us", "reship us", "planner us", "oracle", "choice", "regret");
 
@@ -374,8 +383,8 @@ int main(int argc, char** argv) {
                 auto planner = Planner::open(client, agents, po);
                 if (!planner) throw std::runtime_error(planner.error().describe());
                 const auto& lk = planner->link();
-                fmt::print("-- {} × {}: link rtt {}, GET {} + {:.3g} ns/B{}", tl, n, format_ns(lk.rtt_ns), format_ns(lk.get_ns),
-                           lk.get_ns_per_byte, lk.mapped ? " (mapped)" : "");
+                fmt::print("-- {} × {}: link rtt {}, GET {} + {:.3g} ns/B{}, waking an agent {}", tl, n, format_ns(lk.rtt_ns),
+                           format_ns(lk.get_ns), lk.get_ns_per_byte, lk.mapped ? " (mapped)" : "", format_ns(lk.wake_ns));
                 if (n > 1) {
                     std::vector<std::string> each;
                     for (const auto& l : planner->links()) each.push_back(fmt::format("{}/{}", format_ns(l.rtt_ns), format_ns(l.get_ns)));
@@ -418,6 +427,8 @@ int main(int argc, char** argv) {
                                                   double(bp.segments()[i].from), std::nullopt, std::nullopt, std::nullopt});
                         const auto sizes = grid_sizes(bp, cfg.octaves);
                         for (const auto& load : cfg.loads) {
+                            const bool asleep = load == "asleep";
+                            if (asleep && cold) continue; // a compile's cost would hide the wake-up's
                             std::unique_ptr<BackgroundLoad> bg;
                             if (load == "busy") {
                                 const auto loaded = cfg.busy_agents == 0 ? addresses.size() : std::min<std::size_t>(cfg.busy_agents, addresses.size());
@@ -438,6 +449,7 @@ int main(int argc, char** argv) {
                                 p.agents = n;
                                 p.size = size;
                                 p.crossover = bp.segments().size() > 1 ? bp.segments()[1].from : 0;
+                                p.by_breakpoints = bp.at(size);
                                 std::map<Strategy, std::vector<double>> samples;
                                 std::vector<double> planned;
                                 const Bytes want = o.expected(size);
@@ -498,7 +510,8 @@ int main(int argc, char** argv) {
                                         await_compiles(client, agents);
                                         may_sleep = true;
                                     }
-                                    if (may_sleep) awaken(client, agents);
+                                    if (asleep) std::this_thread::sleep_for(std::chrono::microseconds(cfg.asleep_us));
+                                    else if (may_sleep) awaken(client, agents);
                                     compiling = compiles;
                                     may_sleep = mapped && (planners || all[turn] == Strategy::get);
                                     if (!planners) {
@@ -575,31 +588,58 @@ int main(int argc, char** argv) {
         for (const auto& [s, sum] : p.forced)
             rows.push_back({labels(std::string(to_string(s))), sum,
                             {{"predicted_us", p.predicted_ns.at(s) / 1e3}, {"oracle", s == p.oracle ? 1.0 : 0.0},
-                             {"chosen", s == p.choice ? 1.0 : 0.0}, {"regret", sum.median / p.forced.at(p.oracle).median},
+                             {"chosen", s == p.choice ? 1.0 : 0.0}, {"by_breakpoints", s == p.by_breakpoints ? 1.0 : 0.0},
+                             {"regret", sum.median / p.forced.at(p.oracle).median},
                              {"crossover", double(p.crossover)}}});
         rows.push_back({labels("planner"), p.planned,
-                        {{"predicted_us", p.predicted_ns.at(p.choice) / 1e3}, {"oracle", 0.0}, {"chosen", 0.0},
+                        {{"predicted_us", p.predicted_ns.at(p.choice) / 1e3}, {"oracle", 0.0}, {"chosen", 0.0}, {"by_breakpoints", 0.0},
                          {"regret", p.planned_regret}, {"crossover", double(p.crossover)}}});
     }
     bench::write_csv(cfg.csv, rows);
 
-    // The verdict.
-    std::size_t within = 0;
+    // The verdict: the grid (idle and busy), then the asleep rows apart.
+    std::size_t within = 0, judged = 0;
     double log_sum = 0, worst = 1, planned_log_sum = 0, planned_worst = 1;
     for (const auto& p : points) {
+        if (p.load == "asleep") continue;
+        ++judged;
         within += p.regret <= 1.05;
         log_sum += std::log(p.regret);
         worst = std::max(worst, p.regret);
         planned_log_sum += std::log(p.planned_regret);
         planned_worst = std::max(planned_worst, p.planned_regret);
     }
-    const double np = std::max<double>(points.size(), 1);
-    fmt::print("\n{} points\n", points.size());
+    const double np = std::max<double>(judged, 1);
+    fmt::print("\n{} points (idle and busy; the asleep rows apart, below)\n", judged);
     fmt::print("decision accuracy: {:.1f}% of points within 1.05× of the oracle (target ≥ 95%)\n", 100.0 * within / np);
     fmt::print("regret (forced median of the choice ÷ oracle): geometric mean {:.3f} (target ≤ 1.03), worst {:.3f} (≤ 1.5)\n",
                std::exp(log_sum / np), worst);
     fmt::print("regret (the planner's own runs ÷ oracle):      geometric mean {:.3f}, worst {:.3f}\n", std::exp(planned_log_sum / np),
                planned_worst);
+    {
+        // Asleep: the planner's choice (the wake-up weighed) against the breakpoints' alone.
+        std::size_t n = 0, in = 0, in_bp = 0, moved = 0;
+        double lg = 0, lg_bp = 0, w = 1, w_bp = 1;
+        for (const auto& p : points) {
+            if (p.load != "asleep") continue;
+            const double bp_regret = p.forced.at(p.by_breakpoints).median / p.forced.at(p.oracle).median;
+            ++n;
+            in += p.regret <= 1.05;
+            in_bp += bp_regret <= 1.05;
+            moved += p.choice != p.by_breakpoints;
+            lg += std::log(p.regret);
+            lg_bp += std::log(bp_regret);
+            w = std::max(w, p.regret);
+            w_bp = std::max(w_bp, bp_regret);
+        }
+        if (n > 0) {
+            const double dn = static_cast<double>(n);
+            fmt::print("asleep ({} points, each run after {} us idle): the planner within 1.05× of the oracle at {:.1f}%, regret "
+                       "geometric mean {:.3f}, worst {:.3f}; the breakpoints alone (as if awake) {:.1f}%, {:.3f}, {:.3f}; "
+                       "the wake-up moved the choice at {} points\n",
+                       n, cfg.asleep_us, 100.0 * in / dn, std::exp(lg / dn), w, 100.0 * in_bp / dn, std::exp(lg_bp / dn), w_bp, moved);
+        }
+    }
     for (auto s : kAllStrategies) {
         std::vector<double> errs;
         for (const auto& p : points)

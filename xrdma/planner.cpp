@@ -78,7 +78,7 @@ OwnerLoad Planner::Impl::owner_load(std::uint32_t ahead, Clock::time_point now) 
     OwnerLoad load{queue_wait_ns(ahead, now), 1};
     if (load.wait_ns > 0 && owner_record != nullptr && owner_record->late_ns > 0 && now < owner_record->late_until)
         load.get_late = owner_record->get_late;
-    load.wake_ns = wake_ns();
+    load.wake_ns = wake_ns(now);
     if (reaches_owner(Strategy::get)) load.get_wake_ns = load.wake_ns;
     return load;
 }
@@ -88,16 +88,19 @@ OwnerLoad Planner::Impl::owner_load(std::uint32_t ahead, Clock::time_point now) 
 /// the coarse clock, so it counts as up to a tick later than stamped: an owner is taken to be
 /// asleep only when it surely is, as far as this client knows (another client's calls may keep
 /// it awake; then the planner errs towards GET). Reads steady_clock (the spin window is far
-/// finer than the coarse clock's tick), so choose(), plan() and run() see the same.
-double Planner::Impl::wake_ns() const {
+/// finer than the coarse clock's tick) unless `now` (either clock's reading: the coarse one is
+/// never ahead) already says so; choose(), plan() and run() see the same.
+double Planner::Impl::wake_ns(Clock::time_point now) const {
     if (options.agent_spin.count() <= 0) return 0;
     const double wake = options.wake_ns >= 0 ? options.wake_ns : link.wake_ns;
     if (wake <= 0) return 0;
-    const auto now = Clock::now();
     auto heard = owner_heard;
     if (const auto replied = client->load(agents.front()).at; replied != Clock::time_point{})
         heard = std::max(heard, replied + std::chrono::duration_cast<Clock::duration>(coarse_tick()));
-    return now - heard > options.agent_spin ? wake : 0;
+    // Past the window by `now`, the owner is surely asleep, and steady_clock (27 ns on the
+    // reference VM) goes unread.
+    if (now - heard > options.agent_spin) return wake;
+    return Clock::now() - heard > options.agent_spin ? wake : 0;
 }
 
 OwnerLoad Planner::Impl::owner_load() const {
@@ -112,6 +115,14 @@ Strategy Planner::Impl::choose(const OpState& st, std::uint64_t size, OwnerLoad 
     const auto& bp = st.cached ? st.entry.cached : st.entry.cold;
     const Strategy by_breakpoints = bp.at(size);
     if (load.wait_ns <= 0 && load.wake_ns <= 0) return by_breakpoints;
+    // Asleep, no queue, cached code: a lookup too, where the asleep breakpoints were worked out
+    // for this wake-up (a later probe may have moved it). Adding the same wake-up to every
+    // remote strategy keeps their order: what moves, moves to GET.
+    if (load.wait_ns <= 0 && st.cached && !st.asleep.empty() && load.wake_ns == st.asleep_wake_ns) {
+        const Strategy s = st.asleep.at(size);
+        if (s != by_breakpoints && shift != nullptr) *shift = Shift::asleep;
+        return s;
+    }
     return loaded_choice(st.entry.model, st.op->work(size), st.cached, st.strategies, by_breakpoints, load, shift);
 }
 
@@ -119,6 +130,19 @@ void Planner::Impl::recompute(OpState& st) {
     const auto& b = st.bounds;
     st.entry.cached = Breakpoints::compute(st.entry.model, *st.op, b.min_size, b.max_size, true, st.strategies);
     st.entry.cold = Breakpoints::compute(st.entry.model, *st.op, b.min_size, b.max_size, false, st.strategies);
+    recompute_asleep(st);
+}
+
+/// The cached breakpoints with the wake-up (as wake_ns() would give it) in every strategy that
+/// reaches the owner; none where the owner is never taken to be asleep.
+void Planner::Impl::recompute_asleep(OpState& st) {
+    st.asleep = {};
+    st.asleep_wake_ns = options.wake_ns >= 0 ? options.wake_ns : link.wake_ns;
+    if (options.agent_spin.count() <= 0 || st.asleep_wake_ns <= 0) return;
+    OpModel woken = st.entry.model;
+    for (auto s : st.strategies)
+        if (reaches_owner(s)) woken.fits[index_of(s)].fixed_ns += st.asleep_wake_ns;
+    st.asleep = Breakpoints::compute(woken, *st.op, st.bounds.min_size, st.bounds.max_size, true, st.strategies);
 }
 
 /// Puts the op's entry in the wisdom, and writes the file when `now` (a calibration) or when
@@ -207,6 +231,7 @@ Result<void> Planner::add(Op& op, Boundaries boundaries, std::string label) {
     if (kept != nullptr && same_range && link_matches(kept->probed, im.link, im.options.drift)) {
         st.entry = *kept;
         st.entry.probed.lanes = st.entry.model.link.lanes = im.link.lanes; // not kept: today's agents'
+        im.recompute_asleep(st);
         ++im.stats.wisdom_hits;
         im.ops[&op] = std::move(st);
         return {};
@@ -297,7 +322,7 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::run_as(Op& op, std::
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
     const auto now = Clock::now();
     const auto ahead = im.calls_ahead(now);
-    const double wake = im.reaches_owner(strategy) ? im.wake_ns() : 0;
+    const double wake = im.reaches_owner(strategy) ? im.wake_ns(now) : 0;
     return im.run_recorded(*st, size, strategy, ahead, im.queue_wait_ns(ahead, now), wake);
 }
 

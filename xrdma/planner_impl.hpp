@@ -33,6 +33,10 @@ struct Planner::Impl {
         bool cached = false;
         std::array<std::vector<Sample>, kStrategies> samples; // calibration and real runs, newest last
         unsigned runs_since_refit = 0;
+        /// Cached code, the owner asleep: the breakpoints with waking it (`asleep_wake_ns`) in
+        /// every strategy that reaches it (recompute; not kept in wisdom). Empty: not worked out.
+        Breakpoints asleep;
+        double asleep_wake_ns = 0;
     };
     struct AgentRecord {
         RunningFigure ratio;     ///< actual ÷ predicted
@@ -86,10 +90,11 @@ struct Planner::Impl {
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead, Clock::time_point now) const;
     [[nodiscard]] OwnerLoad owner_load(std::uint32_t ahead, Clock::time_point now) const;
     [[nodiscard]] OwnerLoad owner_load() const;
-    [[nodiscard]] double wake_ns() const;
+    [[nodiscard]] double wake_ns(Clock::time_point now) const;
     [[nodiscard]] bool reaches_owner(Strategy s) const noexcept { return s != Strategy::get || !link.mapped; }
     [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, OwnerLoad load, Shift* shift = nullptr) const;
     void recompute(OpState& st);
+    void recompute_asleep(OpState& st);
     void keep(const OpState& st, bool now = true);
     void save_wisdom();
 
