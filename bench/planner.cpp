@@ -588,12 +588,11 @@ int main(int argc, char** argv) {
         for (const auto& [s, sum] : p.forced)
             rows.push_back({labels(std::string(to_string(s))), sum,
                             {{"predicted_us", p.predicted_ns.at(s) / 1e3}, {"oracle", s == p.oracle ? 1.0 : 0.0},
-                             {"chosen", s == p.choice ? 1.0 : 0.0}, {"by_breakpoints", s == p.by_breakpoints ? 1.0 : 0.0},
-                             {"regret", sum.median / p.forced.at(p.oracle).median},
-                             {"crossover", double(p.crossover)}}});
+                             {"chosen", s == p.choice ? 1.0 : 0.0}, {"regret", sum.median / p.forced.at(p.oracle).median},
+                             {"crossover", double(p.crossover)}, {"by_breakpoints", s == p.by_breakpoints ? 1.0 : 0.0}}});
         rows.push_back({labels("planner"), p.planned,
-                        {{"predicted_us", p.predicted_ns.at(p.choice) / 1e3}, {"oracle", 0.0}, {"chosen", 0.0}, {"by_breakpoints", 0.0},
-                         {"regret", p.planned_regret}, {"crossover", double(p.crossover)}}});
+                        {{"predicted_us", p.predicted_ns.at(p.choice) / 1e3}, {"oracle", 0.0}, {"chosen", 0.0},
+                         {"regret", p.planned_regret}, {"crossover", double(p.crossover)}, {"by_breakpoints", 0.0}}});
     }
     bench::write_csv(cfg.csv, rows);
 

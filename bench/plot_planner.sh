@@ -7,7 +7,7 @@ csv=$1 op=$2 png=$3
 command -v gnuplot >/dev/null || { echo "plot_planner.sh: gnuplot not found" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# Columns: op,transport,agents,code,load,size,strategy,n,median_us,p99_us,min_us,max_us,mean_us,predicted_us,oracle,chosen,regret,crossover
+# Columns: op,transport,agents,code,load,size,strategy,n,median_us,p99_us,min_us,max_us,mean_us,predicted_us,oracle,chosen,regret,crossover,by_breakpoints
 panels=$(tail -n +2 "$csv" | awk -F, -v op="$op" '$1==op {print $2"_"$3"_"$4"_"$5}' | sort -u)
 [ -n "$panels" ] || { echo "plot_planner.sh: no rows for op $op in $csv" >&2; exit 1; }
 count=$(echo "$panels" | wc -l)
