@@ -71,6 +71,7 @@ struct Planner::Impl {
     /// When a run of this planner (or its link probe) last reached the owner; with the client's
     /// latest reply from it (Client::load), what says whether the owner has gone to sleep.
     Clock::time_point owner_heard{};
+    Clock::time_point last_run_end{}; ///< when this planner's latest run (of any strategy) ended
     PlannerStats stats;
 
     [[nodiscard]] const OpState* find(const Op& op) const {
@@ -114,7 +115,7 @@ struct Planner::Impl {
     Result<std::pair<Bytes, std::chrono::nanoseconds>> timed(Op& op, std::uint64_t size, Strategy s, bool check);
     Result<std::pair<Bytes, std::chrono::nanoseconds>> run_recorded(OpState& st, std::uint64_t size, Strategy s, std::uint32_t ahead,
                                                                    double wait, double wake);
-    void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double wake,
+    void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, bool after_idle,
                 double actual_ns);
     void learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool loaded, double actual_ns, double unloaded_ns);
     void update_lateness(AgentRecord& rec, Clock::time_point now) const;

@@ -46,6 +46,7 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::timed(Op& op, 
     auto answer = op.start(s, size).get();
     const auto t1 = Clock::now();
     const auto took = std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0);
+    last_run_end = t1;
     if (reaches_owner(s)) owner_heard = t1;
     if (!answer) return tl::make_unexpected(answer.error());
     if (check && *answer != op.expected(size))
@@ -59,28 +60,36 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::timed(Op& op, 
 Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::run_recorded(OpState& st, std::uint64_t size, Strategy s,
                                                                                 std::uint32_t ahead, double wait, double wake) {
     const bool cached_before = st.cached;
+    // After a spell of this planner's own idle past the spin window, every strategy is slower
+    // than in steady use (the client's caches too: a GET over mapped memory after 2 ms asleep
+    // took 12-80 us where it takes 0.7-5 awake, bench/results/planner_amd_20261203.txt).
+    const auto began = Clock::now();
+    const bool rested = options.agent_spin.count() > 0 && last_run_end != Clock::time_point{} &&
+                        began - last_run_end > options.agent_spin;
     auto r = timed(*st.op, size, s, false);
     if (!r) return r;
     if (ships_code(s)) st.cached = true;
     ++stats.runs;
     if (wake > 0) ++stats.woke;
-    record(st, size, s, cached_before, wait, ahead > 0, wake, static_cast<double>(r->second.count()));
+    if (wake > 0 || rested) ++stats.after_idle;
+    record(st, size, s, cached_before, wait, ahead > 0, wake > 0 || rested, static_cast<double>(r->second.count()));
     return r;
 }
 
-/// `wake`: what waking the owner was taken to add to this run (0: it was awake). Such a run
-/// is judged against its prediction with the wake-up in it, and teaches neither the model
-/// (the awake agent's) nor the lateness (a queue).
-void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, double wake,
-                           double actual_ns) {
+/// `after_idle`: the run found the owner asleep (it paid for waking it) or came after an idle
+/// spell of this planner's: it teaches nothing (the model, the lateness and the slow-agent
+/// record are all of steady use), and is only counted.
+void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full,
+                           bool after_idle, double actual_ns) {
+    auto& rec = records[agents.front().id()];
+    owner_record = &rec;
+    if (after_idle) return;
     const auto work = st.op->work(size);
     // Against what the agent's own report predicted: a wait the planner inferred from late
     // runs (update_lateness) must not hide an agent that stays slow.
-    const double predicted = estimate_ns(st.entry.model, s, work, cached_before, owner_full ? wait : 0) + wake;
+    const double predicted = estimate_ns(st.entry.model, s, work, cached_before, owner_full ? wait : 0);
     const double unloaded = estimate_ns(st.entry.model, s, work, cached_before);
-    auto& rec = records[agents.front().id()];
-    owner_record = &rec;
-    if (wake <= 0 && (cached_before || !ships_code(s))) {
+    if (cached_before || !ships_code(s)) {
         auto& recent = s == Strategy::get ? rec.recent_gets : rec.recent;
         const auto now = Clock::now();
         if (unloaded > 0) recent.push_back({now, actual_ns / unloaded, actual_ns - unloaded});
@@ -88,13 +97,13 @@ void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cac
         update_lateness(rec, now);
     }
     if (predicted > 0) rec.ratio.add(actual_ns / predicted);
-    if (owner_full && wake <= 0 && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - unloaded));
+    if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - unloaded));
     // Loaded: the owner reported a full house, or its queue is inferred from late runs
     // (update_lateness). Such a run does not teach the model, which is the unloaded agent's
     // (the queue is added apart): learnt, a background load's runs (8x a GET over TCP beside
     // a busy worker) refit it, and the runs after the load ended were planned from it
     // (bench/results/planner_learn_ab_20261202.txt).
-    const bool loaded = owner_full || wait > 0 || wake > 0;
+    const bool loaded = owner_full || wait > 0;
     // Judged every 8 runs: re-judged on every one, a median near slow_factor would raise the
     // flag (and its warning) again and again.
     if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, loaded, actual_ns, unloaded);

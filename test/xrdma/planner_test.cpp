@@ -259,6 +259,7 @@ TEST_CASE("an owner idle past its spin window is taken to be asleep: waking it i
         CHECK(*answer == (*op)->expected(4096));
         CHECK(taken == bp.at(4096));
         CHECK(planner->stats().woke == 1);
+        CHECK(planner->stats().after_idle == 1); // it taught nothing
         auto plan = planner->plan(**op, 4096);
         REQUIRE(plan);
         CHECK(plan->wake_ns == 0);
