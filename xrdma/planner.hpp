@@ -107,7 +107,7 @@ struct PlannerStats {
     std::uint64_t past_late_gets = 0; ///< runs sent to a loaded owner whose GETs were later than its queue
     std::uint64_t woke = 0;         ///< runs that found the owner asleep and woke it
     std::uint64_t let_sleep = 0;    ///< runs fetched because waking the owner made shipping dearer
-    std::uint64_t after_idle = 0;   ///< runs that taught nothing: they woke the owner, or came after the planner sat idle
+    std::uint64_t after_idle = 0;   ///< runs not learnt: they woke the owner, or came after the planner sat idle
     std::uint64_t slow_flags = 0;   ///< times an agent was flagged as slow (slow_agents(), and a warning)
 };
 

@@ -115,7 +115,7 @@ struct Planner::Impl {
     Result<std::pair<Bytes, std::chrono::nanoseconds>> timed(Op& op, std::uint64_t size, Strategy s, bool check);
     Result<std::pair<Bytes, std::chrono::nanoseconds>> run_recorded(OpState& st, std::uint64_t size, Strategy s, std::uint32_t ahead,
                                                                    double wait, double wake);
-    void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, bool after_idle,
+    void record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, bool woke, bool rested,
                 double actual_ns);
     void learn(OpState& st, std::uint64_t size, Strategy s, bool cached_before, bool loaded, double actual_ns, double unloaded_ns);
     void update_lateness(AgentRecord& rec, Clock::time_point now) const;

@@ -72,18 +72,22 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::run_recorded(O
     ++stats.runs;
     if (wake > 0) ++stats.woke;
     if (wake > 0 || rested) ++stats.after_idle;
-    record(st, size, s, cached_before, wait, ahead > 0, wake > 0 || rested, static_cast<double>(r->second.count()));
+    record(st, size, s, cached_before, wait, ahead > 0, wake > 0, rested, static_cast<double>(r->second.count()));
     return r;
 }
 
-/// `after_idle`: the run found the owner asleep (it paid for waking it) or came after an idle
-/// spell of this planner's: it teaches nothing (the model, the lateness and the slow-agent
-/// record are all of steady use), and is only counted.
-void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full,
-                           bool after_idle, double actual_ns) {
+/// `woke`: the run found the owner asleep and paid for waking it: it teaches nothing (the
+/// model, the lateness and the slow-agent record are all of an awake agent's), and is only
+/// counted. `rested`: it came after an idle spell of this planner's: neither learnt nor in the
+/// slow-agent record (both are of steady use), and still says what it says of the owner's load
+/// (a loaded owner's runs are late however they are spaced: bench/planner's cold rows await
+/// the compiles between runs; taught nothing, those rows chose native where GET was 8-159x
+/// cheaper, bench/results/planner_rested_ab_20261203.txt).
+void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, bool woke,
+                           bool rested, double actual_ns) {
     auto& rec = records[agents.front().id()];
     owner_record = &rec;
-    if (after_idle) return;
+    if (woke) return;
     const auto work = st.op->work(size);
     // Against what the agent's own report predicted: a wait the planner inferred from late
     // runs (update_lateness) must not hide an agent that stays slow.
@@ -96,14 +100,14 @@ void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cac
         if (recent.size() > kLateKept) recent.pop_front();
         update_lateness(rec, now);
     }
-    if (predicted > 0) rec.ratio.add(actual_ns / predicted);
+    if (predicted > 0 && !rested) rec.ratio.add(actual_ns / predicted); // the agent's record, not the client's rest
     if (owner_full && s != Strategy::get) rec.excess_ns.add(std::max(0.0, actual_ns - unloaded));
     // Loaded: the owner reported a full house, or its queue is inferred from late runs
-    // (update_lateness). Such a run does not teach the model, which is the unloaded agent's
+    // (update_lateness); or rested. Such a run does not teach the model, which is the unloaded agent's
     // (the queue is added apart): learnt, a background load's runs (8x a GET over TCP beside
     // a busy worker) refit it, and the runs after the load ended were planned from it
     // (bench/results/planner_learn_ab_20261202.txt).
-    const bool loaded = owner_full || wait > 0;
+    const bool loaded = owner_full || wait > 0 || rested;
     // Judged every 8 runs: re-judged on every one, a median near slow_factor would raise the
     // flag (and its warning) again and again.
     if (rec.ratio.count() % 8 != 0) return learn(st, size, s, cached_before, loaded, actual_ns, unloaded);
