@@ -6,7 +6,7 @@
 // strategy is run forced (the oracle is the fastest median) and the planner's own choice is
 // run. Printed, written as CSV, plotted per op.
 //
-// The asleep rows (cached code): every run, forced or the planner's, after an idle spell past
+// The asleep rows (--load asleep, cached code): every run, forced or the planner's, after an idle spell past
 // the agents' spin window, so it finds them asleep (xagent's default spin-then-block); the
 // planner weighs the wake-up (PlannerOptions::agent_spin, LinkFigures::wake_ns). Judged apart
 // from the grid, beside what the breakpoints alone (an awake owner's choice) would do.
@@ -57,7 +57,9 @@ struct Config {
     std::vector<std::string> transports{"tcp", "shm"};
     std::vector<unsigned> agent_counts{1, 4};
     std::vector<std::string> codes{"cached", "cold"};
-    std::vector<std::string> loads{"idle", "busy", "asleep"};
+    /// Not asleep by default: those rows (ms of idle spells) change the machine's state for the
+    /// rows and calibrations after them; they run on their own (--code cached --load asleep).
+    std::vector<std::string> loads{"idle", "busy"};
     int asleep_us = 2000; ///< the idle spell before each run of the asleep rows
     int reps = 7;
     /// A busy agent's runs spread over two orders of magnitude (over TCP 8 µs-4 ms at one point,
@@ -334,7 +336,7 @@ int main(int argc, char** argv) {
                "  before and after each run that compiles);\n"
                "  each rep runs every strategy and the planner in turn, in an order shuffled each rep (cold code: GET and\n"
                "  native first, then the planner, then the strategies that compile, so a compile's cache sweep is theirs);\n"
-               "  asleep (cached code): every run after {} us idle instead, the agents left to sleep;\n"
+               "  asleep rows (--load asleep; cached code only): every run after {} us idle instead, the agents left to sleep;\n"
                "  progress {} (client and agents); wisdom {}\n\n",
                bench::cpu_description(), fmt::join(cfg.ops, ","), fmt::join(cfg.transports, ","), fmt::join(cfg.agent_counts, ","),
                fmt::join(cfg.codes, ","), fmt::join(cfg.loads, ","), cfg.reps, cfg.busy_reps, cfg.cold_reps, cfg.octaves,
