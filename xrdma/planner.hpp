@@ -78,7 +78,8 @@ struct PlannerOptions {
     /// 0: the owner is never taken to be asleep.
     std::chrono::microseconds agent_spin = kDefaultSpin;
     /// What waking a sleeping owner costs, ns; negative: what the link probes measured
-    /// (LinkFigures::wake_ns, the agents' mean).
+    /// (LinkFigures::wake_ns, the agents' mean, after kWakeSpell of quiet: for agents that spin
+    /// longer than that, give it here).
     double wake_ns = -1;
 };
 

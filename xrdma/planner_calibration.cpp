@@ -184,6 +184,7 @@ Result<void> Planner::Impl::probe_all() {
     if (!first) ++probes;
     for (std::size_t i = 0; i < agents.size(); ++i) {
         auto figures = probe_link(*client, agents[i], probe_regions[i], options.probe_budget);
+        if (i == 0) owner_heard = Clock::now(); // the probe's last ping reached the owner, answered or not
         if (!figures) {
             if (first) return tl::make_unexpected(figures.error());
             continue;
@@ -202,7 +203,6 @@ Result<void> Planner::Impl::probe_all() {
     }
     link = combined(links);
     link.lanes = lanes_of(agents);
-    owner_heard = Clock::now(); // the probes' last pings reached every agent
     return {};
 }
 

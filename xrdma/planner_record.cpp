@@ -56,13 +56,14 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::timed(Op& op, 
 }
 
 /// One run by `s`, timed, and what it teaches: `ahead` and `wait` are the owner's load as
-/// it was just before (calls_ahead, queue_wait_ns).
+/// it was just before (calls_ahead, queue_wait_ns), `wake` what waking it was taken to add
+/// (wake_ns; 0: awake, or a strategy that does not reach it).
 Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::run_recorded(OpState& st, std::uint64_t size, Strategy s,
                                                                                 std::uint32_t ahead, double wait, double wake) {
     const bool cached_before = st.cached;
     // After a spell of this planner's own idle past the spin window, every strategy is slower
     // than in steady use (the client's caches too: a GET over mapped memory after 2 ms asleep
-    // took 12-80 us where it takes 0.7-5 awake, bench/results/planner_amd_20261203.txt).
+    // took 12-80 us where it takes 0.7-5 awake, bench/results/planner_wake_ab_20261203.txt).
     const auto began = Clock::now();
     const bool rested = options.agent_spin.count() > 0 && last_run_end != Clock::time_point{} &&
                         began - last_run_end > options.agent_spin;
@@ -82,7 +83,7 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::Impl::run_recorded(O
 /// slow-agent record (both are of steady use), and still says what it says of the owner's load
 /// (a loaded owner's runs are late however they are spaced: bench/planner's cold rows await
 /// the compiles between runs; taught nothing, those rows chose native where GET was 8-159x
-/// cheaper, bench/results/planner_rested_ab_20261203.txt).
+/// cheaper, bench/results/planner_wake_ab_20261203.txt).
 void Planner::Impl::record(OpState& st, std::uint64_t size, Strategy s, bool cached_before, double wait, bool owner_full, bool woke,
                            bool rested, double actual_ns) {
     auto& rec = records[agents.front().id()];

@@ -273,6 +273,7 @@ TEST_CASE("an owner idle past its spin window is taken to be asleep: waking it i
         CHECK(taken == Strategy::get);
         CHECK(planner->stats().let_sleep == 1);
         CHECK(planner->stats().woke == 0);
+        CHECK(planner->stats().after_idle == 1); // after 120 ms of the planner's own idle: not learnt
         auto plan = planner->plan(**op, depth);
         REQUIRE(plan);
         CHECK(plan->wake_ns == 1e9);
