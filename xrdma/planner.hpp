@@ -112,6 +112,8 @@ struct PlannerStats {
     std::uint64_t slow_flags = 0;   ///< times an agent was flagged as slow (slow_agents(), and a warning)
 };
 
+/// One thread at a time: run() and run_as() refit the models and update the records that
+/// choose() and plan() read (the Client under it is thread-safe; a planner per thread is fine).
 class Planner {
 public:
     /// Probes the link to every agent (their mean is what every model starts from) and reads
