@@ -292,12 +292,14 @@ int main(int argc, char** argv) {
     bench::Options options{"The placement planner against an oracle (every strategy forced) over a grid"};
     Config cfg;
     bool quick = false;
-    options.add("--op", cfg.ops, "operations: chase, reduce, filter, lookup");
+    options.add("--op", cfg.ops, "operations: chase, reduce, filter, lookup").one_of({"chase", "reduce", "filter", "lookup"});
     options.add("--transport", cfg.transports, "tcp, shm").transport();
     options.add("--agents", cfg.agent_counts, "agent counts");
-    options.add("--code", cfg.codes, "cached, cold");
-    options.add("--load", cfg.loads, "idle, busy, asleep (cached code only: each run after --asleep-us idle)");
-    options.add("--asleep-us", cfg.asleep_us, "asleep rows: the idle spell before each run, us (past xagent's spin window, 200 us)");
+    options.add("--code", cfg.codes, "cached, cold").one_of({"cached", "cold"});
+    options.add("--load", cfg.loads, "idle, busy, asleep (cached code only: each run after --asleep-us idle)")
+        .one_of({"idle", "busy", "asleep"});
+    options.add("--asleep-us", cfg.asleep_us, "asleep rows: the idle spell before each run, us (past xagent's spin window, 200 us)")
+        .positive();
     options.add("--reps", cfg.reps, "timed runs per strategy per point (cached code)");
     options.add("--busy-reps", cfg.busy_reps, "timed runs per strategy per point (cached code, busy agent)");
     options.add("--cold-reps", cfg.cold_reps, "timed runs per strategy per point (cold code)");
