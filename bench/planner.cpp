@@ -299,7 +299,7 @@ int main(int argc, char** argv) {
     options.add("--load", cfg.loads, "idle, busy, asleep (cached code only: each run after --asleep-us idle)")
         .one_of({"idle", "busy", "asleep"});
     options.add("--asleep-us", cfg.asleep_us, "asleep rows: the idle spell before each run, us (past xagent's spin window, 200 us)")
-        .positive();
+        .range(1, 1'000'000);
     options.add("--reps", cfg.reps, "timed runs per strategy per point (cached code)");
     options.add("--busy-reps", cfg.busy_reps, "timed runs per strategy per point (cached code, busy agent)");
     options.add("--cold-reps", cfg.cold_reps, "timed runs per strategy per point (cold code)");
