@@ -92,7 +92,7 @@ OwnerLoad Planner::Impl::owner_load(std::uint32_t ahead, Clock::time_point now) 
 /// never ahead) already says so; choose(), plan() and run() see the same.
 double Planner::Impl::wake_ns(Clock::time_point now) const {
     if (options.agent_spin.count() <= 0) return 0;
-    const double wake = options.wake_ns >= 0 ? options.wake_ns : link.wake_ns;
+    const double wake = wake_cost_ns();
     if (wake <= 0) return 0;
     auto heard = owner_heard;
     if (const auto replied = client->load(agents.front()).at; replied != Clock::time_point{})
@@ -137,7 +137,7 @@ void Planner::Impl::recompute(OpState& st) {
 /// reaches the owner; none where the owner is never taken to be asleep.
 void Planner::Impl::recompute_asleep(OpState& st) {
     st.asleep = {};
-    st.asleep_wake_ns = options.wake_ns >= 0 ? options.wake_ns : link.wake_ns;
+    st.asleep_wake_ns = wake_cost_ns();
     if (options.agent_spin.count() <= 0 || st.asleep_wake_ns <= 0) return;
     OpModel woken = st.entry.model;
     for (auto s : st.strategies)

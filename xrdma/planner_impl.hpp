@@ -92,6 +92,8 @@ struct Planner::Impl {
     [[nodiscard]] OwnerLoad owner_load(std::uint32_t ahead, Clock::time_point now) const;
     [[nodiscard]] OwnerLoad owner_load() const;
     [[nodiscard]] double wake_ns(Clock::time_point now) const;
+    /// What waking the owner costs: PlannerOptions::wake_ns, else the probes' figure.
+    [[nodiscard]] double wake_cost_ns() const noexcept { return options.wake_ns >= 0 ? options.wake_ns : link.wake_ns; }
     [[nodiscard]] bool reaches_owner(Strategy s) const noexcept { return s != Strategy::get || !link.mapped; }
     [[nodiscard]] Strategy choose(const OpState& st, std::uint64_t size, OwnerLoad load, Shift* shift = nullptr) const;
     void recompute(OpState& st);
