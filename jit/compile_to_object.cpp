@@ -1,9 +1,9 @@
 // InProcessCompiler: bundle slice → relocatable object (see compile_to_object.hpp). Moved out
 // of engine.cpp so that the same code runs in the agent or in a bitship-compiler process.
 //
-// Code generation uses a TargetMachine borrowed from the tier's pool (FastISel at
-// CodeGenOptLevel::None for tier 0, the configured level for tier 1): TargetMachines are not
-// safe to use from two threads at once.
+// Code generation uses a TargetMachine and its kept pass pipeline (object_emitter.hpp) borrowed
+// from the tier's pool (FastISel at CodeGenOptLevel::None for tier 0, the configured level for
+// tier 1): TargetMachines are not safe to use from two threads at once.
 #include "compile_to_object.hpp"
 
 #include <chrono>
@@ -15,7 +15,6 @@
 
 #include <llvm/Bitcode/BitcodeReader.h>
 #include <llvm/Bitcode/BitcodeWriter.h>
-#include <llvm/ExecutionEngine/Orc/CompileUtils.h>
 #include <llvm/ExecutionEngine/Orc/JITTargetMachineBuilder.h>
 #include <llvm/AsmParser/Parser.h>
 #include <llvm/IR/DebugInfo.h>
@@ -34,6 +33,7 @@
 #include "code_policy.hpp"
 #include "entry_closure.hpp"
 #include "llvm_error.hpp"
+#include "object_emitter.hpp"
 #include "optimise.hpp"
 #include "ptx_compile.hpp"
 #include "sfi_pass.hpp"
@@ -58,33 +58,41 @@ llvm::CodeGenOptLevel codegen_level(unsigned opt_level) {
 } // namespace
 
 /// TargetMachines are not safe to use from two threads at once (their subtarget caches
-/// mutate) and cost a little to build, so optimisation and codegen borrow one from here. (Not in
-/// the anonymous namespace: InProcessCompiler::State, declared in the header, holds two.)
-class TargetMachinePool {
+/// mutate) and cost a little to build, as does the code generation pipeline made for each, so
+/// optimisation and codegen borrow an ObjectEmitter (a machine and its kept pipeline) from here.
+/// (Not in the anonymous namespace: InProcessCompiler::State, declared in the header, holds two.)
+class EmitterPool {
 public:
-    explicit TargetMachinePool(orc::JITTargetMachineBuilder builder) : builder_(std::move(builder)) {}
+    explicit EmitterPool(orc::JITTargetMachineBuilder builder) : builder_(std::move(builder)) {}
 
     struct GiveBack {
-        TargetMachinePool* pool;
-        void operator()(llvm::TargetMachine* tm) const noexcept { pool->give_back(tm); }
+        EmitterPool* pool;
+        void operator()(ObjectEmitter* emitter) const noexcept { pool->give_back(emitter); }
     };
-    using Lease = std::unique_ptr<llvm::TargetMachine, GiveBack>;
+    using Lease = std::unique_ptr<ObjectEmitter, GiveBack>;
 
     llvm::Expected<Lease> borrow() {
         std::lock_guard lock(mutex_);
         if (!idle_.empty()) {
-            auto tm = std::move(idle_.back());
+            auto emitter = std::move(idle_.back());
             idle_.pop_back();
-            return Lease(tm.release(), GiveBack{this});
+            return Lease(emitter.release(), GiveBack{this});
         }
         auto tm = builder_.createTargetMachine();
         if (!tm) return tm.takeError();
-        return Lease(tm->release(), GiveBack{this});
+        ++made_;
+        return Lease(new ObjectEmitter(std::move(*tm)), GiveBack{this});
+    }
+
+    /// Emitters (machines, each with the one pipeline it builds) made so far.
+    std::size_t made() {
+        std::lock_guard lock(mutex_);
+        return made_;
     }
 
 private:
-    void give_back(llvm::TargetMachine* tm) noexcept {
-        std::unique_ptr<llvm::TargetMachine> owned(tm);
+    void give_back(ObjectEmitter* emitter) noexcept {
+        std::unique_ptr<ObjectEmitter> owned(emitter);
         std::lock_guard lock(mutex_);
         try {
             idle_.push_back(std::move(owned));
@@ -94,7 +102,8 @@ private:
 
     orc::JITTargetMachineBuilder builder_;
     std::mutex mutex_;
-    std::vector<std::unique_ptr<llvm::TargetMachine>> idle_;
+    std::vector<std::unique_ptr<ObjectEmitter>> idle_;
+    std::size_t made_ = 0;
 };
 
 void init_native_target() {
@@ -109,8 +118,8 @@ struct InProcessCompiler::State {
     SymbolNames allowed;
     unsigned opt_level = 2;
     Sandbox sandbox = Sandbox::none;
-    std::unique_ptr<TargetMachinePool> fast_machines;      // Tier::fast codegen
-    std::unique_ptr<TargetMachinePool> optimised_machines; // Tier::optimised passes and codegen
+    std::unique_ptr<EmitterPool> fast_machines;      // Tier::fast codegen
+    std::unique_ptr<EmitterPool> optimised_machines; // Tier::optimised passes and codegen
     std::vector<std::byte> libdevice; // what compile_ptx links; read-only after create
 };
 
@@ -134,9 +143,9 @@ Result<std::unique_ptr<InProcessCompiler>> InProcessCompiler::create(SymbolNames
     // At CodeGenOptLevel::None the x86 backend selects instructions with FastISel and
     // allocates registers with the fast allocator: the cheapest codegen LLVM has.
     builder->setCodeGenOptLevel(llvm::CodeGenOptLevel::None);
-    state->fast_machines = std::make_unique<TargetMachinePool>(*builder);
+    state->fast_machines = std::make_unique<EmitterPool>(*builder);
     builder->setCodeGenOptLevel(codegen_level(opt_level));
-    state->optimised_machines = std::make_unique<TargetMachinePool>(*builder);
+    state->optimised_machines = std::make_unique<EmitterPool>(*builder);
     return std::unique_ptr<InProcessCompiler>(new InProcessCompiler(std::move(state)));
 }
 
@@ -215,26 +224,30 @@ Result<CompiledObject> InProcessCompiler::compile(std::span<const std::byte> bun
     const bool optimised = tier == Tier::optimised;
     auto& pool = optimised ? *st.optimised_machines : *st.fast_machines;
     {
-        auto tm = pool.borrow();
-        if (!tm) return tl::make_unexpected(to_error(tm.takeError(), Errc::compile_failed, "creating a target machine"));
-        retarget(*module, **tm, me);
-        if (optimised) optimise(*module, **tm, st.opt_level);
+        auto emitter = pool.borrow();
+        if (!emitter)
+            return tl::make_unexpected(to_error(emitter.takeError(), Errc::compile_failed, "creating a target machine"));
+        llvm::TargetMachine& tm = (*emitter)->machine();
+        retarget(*module, tm, me);
+        if (optimised) optimise(*module, tm, st.opt_level);
         // Sandbox::sfi: confined after the optimiser (so it costs least), before codegen;
         // call_guard above already checks the indirect calls in every mode.
         if (st.sandbox == Sandbox::sfi)
             if (auto confined = confine_memory(*module); !confined) return tl::make_unexpected(confined.error());
         stats.optimise_ms = lap_ms(mark);
         module->setModuleIdentifier(hex);
-        auto made = orc::SimpleCompiler(**tm)(*module);
+        auto made = (*emitter)->emit(*module);
         if (!made) return tl::make_unexpected(to_error(made.takeError(), Errc::compile_failed, "generating code for slice " + hex));
-        auto b = (*made)->getBuffer();
-        auto* first = reinterpret_cast<const std::byte*>(b.data());
-        out.object.assign(first, first + b.size());
+        out.object = std::move(*made);
     }
     stats.codegen_ms = lap_ms(mark);
     stats.tier = static_cast<unsigned>(tier);
     if (view->slices.size() != 1) out.slice_bundle = extract_slice(*view, checked->index);
     return out;
+}
+
+std::size_t InProcessCompiler::emitters_made() const {
+    return state_->fast_machines->made() + state_->optimised_machines->made();
 }
 
 Result<CompiledPtx> InProcessCompiler::compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected,

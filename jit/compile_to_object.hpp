@@ -42,6 +42,10 @@ public:
                                    std::string_view only = {}) override;
     Result<CompiledPtx> compile_ptx(std::span<const std::byte> bundle, const CodeHash& expected, unsigned sm) override;
 
+    /// TargetMachines made so far, each with the code generation pipeline it keeps for every
+    /// object after (object_emitter.hpp): one a tier while compiles come one at a time.
+    [[nodiscard]] std::size_t emitters_made() const;
+
     struct State;
 
 private:
