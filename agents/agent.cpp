@@ -147,6 +147,7 @@ Result<std::unique_ptr<Agent>> Agent::start(const AgentConfig& config) {
     // 2. Workers: an idle one leads progress unless the operator said no.
     unsigned workers = config.workers ? config.workers : impl->topology.cores;
     impl->pool = std::make_unique<WorkerPool>(workers, config.worker_spin, config.workers_lead ? impl->engine.get() : nullptr);
+    impl->pool->on_thread_start([sandbox = impl->sandbox.get()] { sandbox->prepare_thread(); });
     impl->compile_pool = std::make_unique<WorkerPool>(config.compiler.processes, std::chrono::microseconds{0});
 
     // 4. Regions from the command line, before anyone can connect; the GPUs and their regions.

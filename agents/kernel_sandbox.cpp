@@ -69,6 +69,16 @@ Result<void> KernelSandbox::enter(bs_ctx& ctx) const {
     return SandboxedCall::enter(*arena_, ctx);
 }
 
+void KernelSandbox::prepare_thread() const noexcept {
+    if (config_.mode == SandboxMode::none) return;
+    auto claimed = arena_->this_thread();
+    if (!claimed) return; // the thread's first call reports it
+    const ThreadArea& area = **claimed;
+    // Fresh anonymous pages read as zero: writing a zero changes nothing but maps them.
+    *static_cast<volatile std::byte*>(area.call_buffer) = std::byte{0};
+    *static_cast<volatile std::byte*>(area.stack_top - 1) = std::byte{0};
+}
+
 void KernelSandbox::leave() const noexcept {
     if (config_.mode != SandboxMode::none) SandboxedCall::leave();
 }

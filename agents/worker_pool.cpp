@@ -78,6 +78,7 @@ std::vector<std::function<void()>> WorkerPool::stop(std::chrono::milliseconds gr
 
 void WorkerPool::run() {
     prepare_worker_thread(&stop_flag_);
+    if (thread_start_) thread_start_();
     using clock = std::chrono::steady_clock;
     for (;;) {
         std::function<void()> job;

@@ -31,6 +31,9 @@ public:
     /// Starts the threads. Separate from construction: a leading worker may run the owner's
     /// hooks at once, and those must find the pool in place.
     void start();
+    /// Run by each worker thread as it starts, before its first job (set before start()): what
+    /// a thread's first kernel would otherwise pay (KernelSandbox::prepare_thread).
+    void on_thread_start(std::function<void()> prepare) { thread_start_ = std::move(prepare); }
     WorkerPool(const WorkerPool&) = delete;
     WorkerPool& operator=(const WorkerPool&) = delete;
 
@@ -85,6 +88,7 @@ private:
     std::condition_variable gone_cv_;   ///< a worker returned
     std::atomic<bool> leading_{false};
     Engine* engine_ = nullptr;
+    std::function<void()> thread_start_;
     unsigned sleepers_ = 0;
     bool stopping_ = false;
     std::vector<std::thread> threads_;
