@@ -27,7 +27,6 @@ llvm::Expected<std::vector<std::byte>> ObjectEmitter::emit(llvm::Module& module)
     }
     buffer_.clear(); // raw_svector_ostream is unbuffered and writes at buffer_.size()
     pipeline_->run(module);
-    ++emitted_;
     auto* first = reinterpret_cast<const std::byte*>(buffer_.data());
     std::vector<std::byte> object(first, first + buffer_.size());
     buffer_.clear();

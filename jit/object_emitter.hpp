@@ -34,9 +34,6 @@ public:
     /// The module must already be retargeted to machine() (optimise.hpp: retarget).
     llvm::Expected<std::vector<std::byte>> emit(llvm::Module& module);
 
-    /// Objects this emitter's pipeline has made (the first one built it).
-    [[nodiscard]] std::size_t emitted() const noexcept { return emitted_; }
-
 private:
     // Declared in this order so that the pipeline, which holds the stream and the machine, goes
     // first.
@@ -44,7 +41,6 @@ private:
     llvm::SmallVector<char, 0> buffer_;
     llvm::raw_svector_ostream stream_{buffer_};
     std::unique_ptr<llvm::legacy::PassManager> pipeline_;
-    std::size_t emitted_ = 0;
 };
 
 } // namespace bitship::jit
