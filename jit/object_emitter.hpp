@@ -5,7 +5,7 @@
 // much as the passes then took to run on a small kernel; LLVM's pass managers are made to run
 // module after module (every pass's doInitialization/doFinalization per module, the MC
 // context, the streamer and the object writer reset between them), so one pipeline serves
-// every compile of its TargetMachine. test/jit/jit_test.cpp checks that an object is the same
+// every compile of its TargetMachine. test/jit/object_emitter_test.cpp checks that an object is the same
 // byte for byte whether its pipeline is new or has made others before it. Private to jit/.
 
 #include <cstddef>
