@@ -217,6 +217,23 @@ std::optional<double> transition(const Breakpoints& bp, Strategy a, Strategy b, 
     return found;
 }
 
+/// Where `model` has `a` and `b` cost the same, between `from` − 1 and `from` (the first size
+/// the breakpoints give `b`): sizes are whole, so a breakpoint places the crossing only within
+/// (from − 1, from], a whole octave at from = 2. Interpolated as the measured crossing is
+/// between grid points (the log of the two estimates' ratio, in log size); `from` itself where
+/// the two do not cross there (a breakpoint bisected to a size the scan skipped).
+double model_crossing(const OpModel& model, const Op& op, Strategy a, Strategy b, std::uint64_t from, std::uint64_t lo, bool cached) {
+    if (from <= lo || from < 2) return static_cast<double>(from);
+    auto log_ratio = [&](std::uint64_t size) {
+        const auto work = op.work(size);
+        return std::log(std::max(estimate_ns(model, a, work, cached), 1.0) / std::max(estimate_ns(model, b, work, cached), 1.0));
+    };
+    const double r0 = log_ratio(from - 1), r1 = log_ratio(from);
+    if (!(r0 < 0 && r1 >= 0)) return static_cast<double>(from);
+    const double l0 = std::log2(static_cast<double>(from - 1)), l1 = std::log2(static_cast<double>(from));
+    return std::exp2(l0 + (l1 - l0) * (r0 / (r0 - r1)));
+}
+
 } // namespace
 
 constexpr int kRunCostBatches = 9;
@@ -338,6 +355,11 @@ int main(int argc, char** argv) {
                     for (const auto& l : planner->links()) each.push_back(fmt::format("{}/{}", format_ns(l.rtt_ns), format_ns(l.get_ns)));
                     fmt::print(" (the agents' mean; rtt/GET each: {})", fmt::join(each, ", "));
                 }
+                if (!lk.get_curve.empty()) {
+                    std::vector<std::string> points;
+                    for (const auto& pt : lk.get_curve.points()) points.push_back(fmt::format("{} B {}", pt.bytes, format_ns(pt.extra_ns)));
+                    fmt::print("\n   GET beyond 8 B: {}", fmt::join(points, ", "));
+                }
                 fmt::print("\n");
                 for (const auto& spec : op_specs()) {
                     if (std::find(cfg.ops.begin(), cfg.ops.end(), spec.name) == cfg.ops.end()) continue;
@@ -370,9 +392,12 @@ int main(int argc, char** argv) {
                         std::string segs;
                         for (const auto& s : bp.segments()) segs += fmt::format(" {}+:{}", s.from, to_string(s.strategy));
                         fmt::print("   {} {} breakpoints:{}\n", spec.name, code, segs);
-                        for (std::size_t i = 1; i < bp.segments().size(); ++i)
-                            crossovers.push_back({spec.name, tl, n, code, bp.segments()[i - 1].strategy, bp.segments()[i].strategy,
-                                                  double(bp.segments()[i].from), std::nullopt, std::nullopt, std::nullopt});
+                        for (std::size_t i = 1; i < bp.segments().size(); ++i) {
+                            const auto a = bp.segments()[i - 1].strategy, b = bp.segments()[i].strategy;
+                            const auto from = bp.segments()[i].from;
+                            crossovers.push_back({spec.name, tl, n, code, a, b, model_crossing(entry->model, o, a, b, from, bp.lo(), !cold),
+                                                  from, std::nullopt, std::nullopt, std::nullopt});
+                        }
                         const auto sizes = grid_sizes(bp, cfg.octaves);
                         for (const auto& load : cfg.loads) {
                             const bool asleep = load == "asleep";
@@ -499,7 +524,9 @@ int main(int argc, char** argv) {
                             if (load == "idle")
                                 for (auto& c : crossovers)
                                     if (c.op == spec.name && c.transport == tl && c.agents == n && c.code == code)
-                                        c.refit = transition(cold ? entry->cold : entry->cached, c.a, c.b, c.predicted);
+                                        if (auto at = transition(cold ? entry->cold : entry->cached, c.a, c.b, c.predicted))
+                                            c.refit = model_crossing(entry->model, o, c.a, c.b, static_cast<std::uint64_t>(*at),
+                                                                     (cold ? entry->cold : entry->cached).lo(), !cold);
                         }
                     }
                     choose_after_ns.push_back(time_choose());

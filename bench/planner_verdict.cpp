@@ -132,40 +132,43 @@ void print_verdict(const std::vector<Point>& points, const std::vector<Crossover
     }
     // Placed within half an octave: by the calibration's model, and by the model the planner
     // chooses with after the row's runs (running figures refit it every PlannerOptions::refit_every).
-    std::size_t placed = 0, placed_refit = 0, rated = 0, near_tie = 0;
+    std::size_t placed = 0, placed_whole = 0, placed_refit = 0, rated = 0, near_tie = 0;
     auto octaves = [](std::optional<double> predicted, std::optional<double> measured) {
         return predicted && measured ? std::abs(std::log2(*predicted / *measured)) : HUGE_VAL;
     };
     auto refit_text = [&](const Crossover& c) {
         std::string text = !c.refit     ? std::string("; after the row's refits the planner has no such crossover")
-                           : !c.measured ? fmt::format("; after the row's refits {:.0f}", *c.refit)
-                                         : fmt::format("; after the row's refits {:.0f}: {:.2f} octaves", *c.refit, octaves(c.refit, c.measured));
+                           : !c.measured ? fmt::format("; after the row's refits {:.1f}", *c.refit)
+                                         : fmt::format("; after the row's refits {:.1f}: {:.2f} octaves", *c.refit, octaves(c.refit, c.measured));
         if (c.gap) text += fmt::format("; at the predicted size the two measure {:.0f}% apart", 100 * (std::exp(*c.gap) - 1));
         return text;
     };
     for (const auto& c : crossovers) {
         // Two strategies within 10% of each other all along the row have no crossover to place.
         if (c.spread < std::log(1.1)) {
-            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}; the two are within 10% all along the row (a tie)\n", c.op,
+            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.1f}; the two are within 10% all along the row (a tie)\n", c.op,
                        c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted);
             continue;
         }
         ++rated;
         placed += octaves(c.predicted, c.measured) <= 0.5;
+        placed_whole += octaves(double(c.first_size), c.measured) <= 0.5;
         placed_refit += octaves(c.refit, c.measured) <= 0.5;
         near_tie += octaves(c.predicted, c.measured) > 0.5 && c.gap && *c.gap < std::log(1.1);
         if (c.measured)
-            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, measured {:.1f}: {:.2f} octaves (target ≤ 0.5){}\n", c.op,
-                       c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted, *c.measured,
-                       octaves(c.predicted, c.measured), refit_text(c));
+            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.1f} ({} from {}), measured {:.1f}: {:.2f} octaves (target ≤ 0.5){}\n",
+                       c.op, c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted, to_string(c.b), c.first_size,
+                       *c.measured, octaves(c.predicted, c.measured), refit_text(c));
         else
-            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.0f}, not seen once in the measured grid{}\n", c.op, c.transport,
-                       c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted, refit_text(c));
+            fmt::print("crossover {} {}×{} {} {}→{}: predicted {:.1f} ({} from {}), not seen once in the measured grid{}\n", c.op,
+                       c.transport, c.agents, c.code, to_string(c.a), to_string(c.b), c.predicted, to_string(c.b), c.first_size,
+                       refit_text(c));
     }
     if (rated > 0)
         fmt::print("crossovers within half an octave of the measured one: {} of {} as calibrated, {} after the rows' refits "
-                   "(ties left out); of the {} others, {} where the two measure within 10% of each other at the predicted "
-                   "size\n", placed, rated, placed_refit, rated - placed, near_tie);
+                   "(ties left out; {} by the breakpoints' first whole size instead of the model's crossing); of the {} others, "
+                   "{} where the two measure within 10% of each other at the predicted size\n",
+                   placed, rated, placed_refit, placed_whole, rated - placed, near_tie);
 }
 
 } // namespace bitship::bench::planner_grid

@@ -39,7 +39,8 @@ struct Crossover {
     unsigned agents;
     std::string code;
     Strategy a, b;
-    double predicted;                ///< by the calibration's model, before the row
+    double predicted;                ///< by the calibration's model, before the row (model_crossing: between whole sizes)
+    std::uint64_t first_size = 0;    ///< the breakpoints' first size of `b`
     std::optional<double> measured;
     std::optional<double> refit;     ///< by the planner's model after the idle row's runs refitted it
     std::optional<double> gap;       ///< |log| of a's and b's measured ratio at the predicted size

@@ -4,9 +4,9 @@
 # network are read, and the agent ⇄ bitship-compiler protocol (the compiler's input, and the
 # replies the agent reads from it), the authorized keys line reader, and the kernel heap (what
 # sandboxed kernels' malloc runs on, with a heap they may have scribbled over), the reader
-# of a GPU kernel's declared geometry in PTX made of a client's slice, and the agent ⇄
-# bitship-gpu frames. As many run at once as there are cores; a crashing input is kept under
-# build-fuzz/artifacts/.
+# of a GPU kernel's declared geometry in PTX made of a client's slice, the agent ⇄
+# bitship-gpu frames, and a line of the planner's wisdom file. As many run at once as there
+# are cores; a crashing input is kept under build-fuzz/artifacts/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -21,6 +21,7 @@ fuzzers=(
     "kernel_heap    agents/fuzz_kernel_heap   agents/fuzz_heap_corpus"
     "ptx_geometry   agents/fuzz_ptx_geometry  agents/fuzz_ptx_geometry_corpus"
     "gpu_protocol   agents/fuzz_gpu_protocol  agents/fuzz_gpu_protocol_corpus"
+    "wisdom_line    xrdma/fuzz_wisdom_line    xrdma/fuzz_wisdom_corpus"
 )
 targets=()
 for line in "${fuzzers[@]}"; do

@@ -18,9 +18,17 @@ double serial_units(const OpWork& work, std::uint32_t lanes) noexcept {
     return share * std::ceil(static_cast<double>(work.agents_touched) / at_once);
 }
 
+double get_bytes_ns(const LinkFigures& link, const OpWork& work) noexcept {
+    if (work.get_bytes == 0) return 0;
+    // The GETs a run makes: one per dependent step, one per agent of a fan-out (its GETs are in
+    // flight at once); each pays the curve for its share of the bytes.
+    const bool fan_out = work.forwards == 0 && work.agents_touched > 1 && work.dependent_gets <= 1;
+    const double gets = std::max<double>(1.0, static_cast<double>(work.dependent_gets)) * (fan_out ? work.agents_touched : 1);
+    return gets * link.get_curve.extra_ns(static_cast<double>(work.get_bytes) / gets, link.get_ns_per_byte);
+}
+
 double link_ns(const LinkFigures& link, Strategy s, const OpWork& work) noexcept {
-    if (s == Strategy::get)
-        return static_cast<double>(work.dependent_gets) * link.get_ns + static_cast<double>(work.get_bytes) * link.get_ns_per_byte;
+    if (s == Strategy::get) return static_cast<double>(work.dependent_gets) * link.get_ns + get_bytes_ns(link, work);
     const double trips = s == Strategy::reship ? 1.0 + static_cast<double>(work.forwards) : 1.0;
     return trips * link.rtt_ns + static_cast<double>(work.result_bytes) * link.get_ns_per_byte;
 }
@@ -68,8 +76,10 @@ Estimate explain(const OpModel& model, Strategy s, const OpWork& work, bool cach
     const auto units = static_cast<std::uint64_t>(units_of(s, model.link, work));
     if (s == Strategy::get) {
         e.terms = fmt::format("{} × {}", work.dependent_gets, format_ns(model.link.get_ns));
-        if (work.get_bytes > 0 && model.link.get_ns_per_byte > 0)
-            e.terms += fmt::format(" + {} B × {:.3g} ns/B", work.get_bytes, model.link.get_ns_per_byte);
+        if (const double bytes_ns = get_bytes_ns(model.link, work); bytes_ns > 0)
+            e.terms += model.link.get_curve.empty()
+                           ? fmt::format(" + {} B × {:.3g} ns/B", work.get_bytes, model.link.get_ns_per_byte)
+                           : fmt::format(" + {} B {}", work.get_bytes, format_ns(bytes_ns));
         if (std::abs(f.per_unit_ns) > 0.05) e.terms += fmt::format(" + {} × {} here", units, format_ns(f.per_unit_ns));
         e.terms += fixed_term(f.fixed_ns);
         return e;
@@ -132,7 +142,7 @@ std::optional<double> fit_get_latency(const Op& op, const LinkFigures& link, std
         const auto work = op.work(smp.size);
         const double w = 1.0 / (smp.ns * smp.ns);
         const double x = static_cast<double>(work.dependent_gets);
-        const double y = smp.ns - static_cast<double>(work.get_bytes) * link.get_ns_per_byte;
+        const double y = smp.ns - get_bytes_ns(link, work);
         sw += w;
         sx += w * x;
         sy += w * y;

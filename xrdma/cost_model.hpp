@@ -5,7 +5,8 @@
 // item, a dispatch overhead, the first call's code transfer and compile) is fitted from timed
 // runs, and refreshed from real ones.
 //
-//   get      dependent GETs × GET latency + bytes × GET ns/byte + fixed + units × client ns/unit
+//   get      dependent GETs × GET latency + the bytes' cost (LinkFigures::get_curve, for each
+//            GET's share) + fixed + units × client ns/unit
 //   native   round trip + fixed + units × agent ns/unit + answer bytes × ns/byte + queue wait
 //   shipped  as native, with the shipped kernel's own per-unit cost, plus the code's first
 //            transfer and compile when the agents do not hold it (once per agent a walk
@@ -68,6 +69,10 @@ struct Estimate {
 /// Units the agents work through one after another: all of a walk, the largest share of a
 /// fan-out over the agents that can run at once (`lanes`, LinkFigures::lanes; 0: every agent).
 [[nodiscard]] double serial_units(const OpWork& work, std::uint32_t lanes = 0) noexcept;
+
+/// What a run's GETs cost for their bytes, beyond each one's latency: LinkFigures::get_curve
+/// at each GET's share of the bytes (one GET per dependent step, or per agent of a fan-out).
+[[nodiscard]] double get_bytes_ns(const LinkFigures& link, const OpWork& work) noexcept;
 
 /// The link terms alone (what a fit is fitted beyond).
 [[nodiscard]] double link_ns(const LinkFigures& link, Strategy s, const OpWork& work) noexcept;

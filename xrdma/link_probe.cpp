@@ -3,6 +3,7 @@
 #include "running_figure.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <fmt/format.h>
 #include <thread>
 #include <vector>
@@ -16,6 +17,13 @@ constexpr std::uint32_t kSmallBytes = 8;
 constexpr std::uint32_t kBulkBytes = 256u << 10; ///< less when the region is smaller
 constexpr std::size_t kMaxRounds = 16;           ///< rounds of (ping, small GET[, bulk GET])
 constexpr std::size_t kBulkEvery = 4;            ///< a bulk GET in every this many rounds
+constexpr std::size_t kLadderPerRound = 4;       ///< GETs at GetCurve::ladder's sizes a round, in turn
+/// A step in the GET curve (GetCurve::refine_step) worth narrowing: a rise this share of a
+/// small GET beyond what the segments around it give; narrowed by this many bisections, each
+/// the median of kStepGets GETs.
+constexpr double kStepShare = 0.2;
+constexpr unsigned kStepBisections = 3;
+constexpr std::size_t kStepGets = 3;
 
 /// Runs `call` (which returns a Future) and returns its time in ns, or its error.
 template <class Call> Result<double> timed(Call&& call) {
@@ -39,6 +47,7 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
             Errc::invalid_argument,
             fmt::format("region '{}' of agent {} has {} bytes: a link probe needs at least {}",
                         region.name, target.info().address, region.size, kSmallBytes));
+    const auto deadline = Clock::now() + budget - kWakePings * kWakeSpell; // the woken pings' spells come last
     LinkFigures out;
     auto mapped = client.mapped(region);
     if (!mapped) return tl::make_unexpected(mapped.error());
@@ -48,6 +57,7 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
     auto ping = [&] { return client.ping(target); };
     auto small = [&] { return client.get(region, 0, kSmallBytes); };
     auto bulk = [&] { return client.get(region, 0, out.bulk_bytes); };
+    const auto ladder = GetCurve::ladder(out.bulk_bytes);
     // Warm-up, not counted: the first call on a path pays for lazy set-up (the rkey unpacked,
     // UCX's lanes and buffers).
     if (auto r = timed(ping); !r) return tl::make_unexpected(r.error());
@@ -55,32 +65,45 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
     if (auto r = timed(bulk); !r) return tl::make_unexpected(r.error());
 
     RunningFigure rtt, get_small, get_bulk;
-    const auto deadline = Clock::now() + budget - kWakePings * kWakeSpell;
+    std::vector<RunningFigure> get_ladder(ladder.size());
+    // A round goes only if it ends, as the last of its kind did, in time for the step's GETs
+    // (kStepBisections × kStepGets, about a ladder size each) before the woken pings' spells.
+    // The ladder's sizes take turns, kLadderPerRound a round, so that a slow moment of the host
+    // falls on one sample of a size, not on every size measured in it.
+    Clock::duration bulk_round_took{}, round_took{};
+    std::size_t next_rung = 0;
     for (std::size_t round = 0; round < kMaxRounds; ++round) {
-        if (round > 0 && Clock::now() >= deadline) break;
+        const auto began_round = Clock::now();
+        const bool bulk_round = round % kBulkEvery == 0;
+        const auto reserve = round_took * (kStepBisections * kStepGets) / (kLadderPerRound + 2);
+        if (round > 0 && began_round + (bulk_round ? bulk_round_took : round_took) + reserve >= deadline) break;
         auto p = timed(ping);
         if (!p) return tl::make_unexpected(p.error());
         rtt.add(*p);
         auto s = timed(small);
         if (!s) return tl::make_unexpected(s.error());
         get_small.add(*s);
-        if (round % kBulkEvery == 0) {
+        for (std::size_t k = 0; k < kLadderPerRound && !ladder.empty(); ++k, ++next_rung) {
+            const std::size_t i = next_rung % ladder.size();
+            auto g = timed([&] { return client.get(region, 0, ladder[i]); });
+            if (!g) return tl::make_unexpected(g.error());
+            get_ladder[i].add(*g);
+        }
+        if (bulk_round) {
             auto b = timed(bulk);
             if (!b) return tl::make_unexpected(b.error());
             get_bulk.add(*b);
         }
+        (bulk_round ? bulk_round_took : round_took) = Clock::now() - began_round;
+    }
+    // Every ladder size once at least, whatever the budget left.
+    for (std::size_t i = 0; i < ladder.size(); ++i) {
+        if (get_ladder[i].count() > 0) continue;
+        auto g = timed([&] { return client.get(region, 0, ladder[i]); });
+        if (!g) return tl::make_unexpected(g.error());
+        get_ladder[i].add(*g);
     }
     out.rtt_ns = rtt.p50();
-    // The woken pings last: the rounds before keep the agent awake, as calls do.
-    RunningFigure woken;
-    for (std::size_t i = 0; i < kWakePings; ++i) {
-        std::this_thread::sleep_for(kWakeSpell);
-        auto p = timed(ping);
-        if (!p) return tl::make_unexpected(p.error());
-        woken.add(*p);
-    }
-    out.wake_ns = std::max(0.0, woken.p50() - out.rtt_ns);
-    out.woken_pings = woken.count();
     out.get_ns = get_small.p50();
     out.pings = rtt.count();
     out.small_gets = get_small.count();
@@ -93,6 +116,35 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
     out.get_ns_per_byte = extra_bytes > 0 && extra_ns > 0
                               ? extra_ns / extra_bytes
                               : get_bulk.p50() / static_cast<double>(out.bulk_bytes);
+    // The curve: the ladder's medians and the bulk GET's, beyond the small GET; then its
+    // steepest step narrowed (over TCP, where a GET's reply stops fitting one segment).
+    for (std::size_t i = 0; i < ladder.size(); ++i) out.get_curve.add(ladder[i], get_ladder[i].p50() - out.get_ns);
+    out.get_curve.add(out.bulk_bytes, get_bulk.p50() - out.get_ns);
+    out.get_curve.make_monotone();
+    std::optional<Error> failed;
+    out.get_curve.refine_step(
+        [&](std::uint32_t bytes) {
+            RunningFigure at;
+            for (std::size_t k = 0; k < kStepGets && !failed; ++k) {
+                auto g = timed([&] { return client.get(region, 0, bytes); });
+                if (g) at.add(*g);
+                else failed = g.error();
+            }
+            return at.p50() - out.get_ns;
+        },
+        kStepShare * out.get_ns, kStepBisections);
+    if (failed) return tl::make_unexpected(*failed);
+    out.get_curve.make_monotone();
+    // The woken pings last: the rounds before keep the agent awake, as calls do.
+    RunningFigure woken;
+    for (std::size_t i = 0; i < kWakePings; ++i) {
+        std::this_thread::sleep_for(kWakeSpell);
+        auto p = timed(ping);
+        if (!p) return tl::make_unexpected(p.error());
+        woken.add(*p);
+    }
+    out.wake_ns = std::max(0.0, woken.p50() - out.rtt_ns);
+    out.woken_pings = woken.count();
     return out;
 }
 

@@ -11,6 +11,8 @@
 #include <chrono>
 #include <future>
 
+#include "get_curve.hpp"
+
 namespace bitship::xrdma {
 
 /// What a link to one peer costs, measured.
@@ -37,6 +39,10 @@ struct LinkFigures {
     /// (4 agents on a 2-core host: 2). 0: each agent on cores of its own. Not probed: the planner
     /// works it out from the agents' WELCOME (their address and cores), and not kept in wisdom.
     std::uint32_t lanes = 0;
+    /// A GET's cost beyond the small one against its size (GetCurve::ladder's sizes, a step
+    /// narrowed, the bulk GET last): what the planner charges a GET's bytes. Empty (a link
+    /// figured by hand, or wisdom from before it): bytes × get_ns_per_byte.
+    GetCurve get_curve{};
 };
 
 /// How long the probe leaves an agent idle before each of its woken pings: past xagent's
@@ -47,7 +53,9 @@ inline constexpr std::size_t kWakePings = 2;
 
 /// Measures a link within `budget` (default 5 ms) using `region` of the target for the GETs
 /// (read only). Takes at least one sample of each kind whatever the budget, then more, in
-/// rounds, while the budget less the woken pings' spells lasts (at most kMaxRounds); then
+/// rounds, while the budget less the woken pings' spells lasts (at most kMaxRounds): a ping,
+/// a small GET and GETs at four of GetCurve::ladder's sizes (in turn, each size once at least) each round, a bulk GET
+/// every fourth; then the curve's steepest step narrowed (a few GETs); then
 /// kWakePings pings, each after kWakeSpell of leaving the agent alone. Fails with the call's error when the
 /// agent does not answer, invalid_argument when `region` is not `target`'s or under 8 bytes.
 Result<LinkFigures> probe_link(Client& client, const Target& target, const RemoteRegion& region,

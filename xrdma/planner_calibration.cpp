@@ -1,5 +1,6 @@
 // Calibration: the links probed, and every strategy of an op timed across its range, fitted.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <thread>
@@ -198,6 +199,9 @@ Result<void> Planner::Impl::probe_all() {
         auto& l = links[i];
         l.rtt_ns = std::min(l.rtt_ns, figures->rtt_ns);
         l.get_ns = std::min(l.get_ns, figures->get_ns);
+        const std::array<const GetCurve*, 2> curves{&l.get_curve, &figures->get_curve};
+        const std::array<double, 2> per_byte{l.get_ns_per_byte, figures->get_ns_per_byte};
+        l.get_curve = GetCurve::combine(curves, per_byte, GetCurve::Combine::least);
         l.get_ns_per_byte = std::min(l.get_ns_per_byte, figures->get_ns_per_byte);
         l.wake_ns = std::min(l.wake_ns, figures->wake_ns);
     }
@@ -222,10 +226,18 @@ std::uint32_t Planner::Impl::lanes_of(const std::vector<Target>& agents) {
 }
 
 /// The agents' figures as one link: their mean (a walk visits them alike; a fan-out waits
-/// on all of them at once). Mapped only when every agent is.
+/// on all of them at once), the GET curve's at every size any of them was measured at.
+/// Mapped only when every agent is.
 LinkFigures Planner::Impl::combined(const std::vector<LinkFigures>& all) {
     LinkFigures out = all.front();
     if (all.size() == 1) return out;
+    std::vector<const GetCurve*> curves;
+    std::vector<double> per_byte;
+    for (const auto& l : all) {
+        curves.push_back(&l.get_curve);
+        per_byte.push_back(l.get_ns_per_byte);
+    }
+    out.get_curve = GetCurve::combine(curves, per_byte, GetCurve::Combine::mean);
     out.rtt_ns = out.get_ns = out.get_ns_per_byte = out.wake_ns = 0;
     for (const auto& l : all) {
         out.rtt_ns += l.rtt_ns / static_cast<double>(all.size());

@@ -68,6 +68,9 @@ std::string Wisdom::format(const std::string& key, const WisdomEntry& e) {
     out.precision(17);
     auto link = [&](const char* label, const LinkFigures& l) {
         out << ' ' << label << ' ' << l.rtt_ns << ' ' << l.get_ns << ' ' << l.get_ns_per_byte << ' ' << (l.mapped ? 1 : 0);
+        if (l.get_curve.empty()) return;
+        out << " curve " << l.get_curve.points().size();
+        for (const auto& p : l.get_curve.points()) out << ' ' << p.bytes << ' ' << p.extra_ns;
     };
     out << key;
     link("probed", e.probed);
@@ -92,7 +95,22 @@ std::optional<std::pair<std::string, WisdomEntry>> Wisdom::parse(const std::stri
         if (!(in >> word) || word != label) return false;
         if (!(in >> l.rtt_ns >> l.get_ns >> l.get_ns_per_byte >> mapped) || (mapped != 0 && mapped != 1)) return false;
         l.mapped = mapped == 1;
-        return finite_nonnegative(l.rtt_ns) && finite_nonnegative(l.get_ns) && finite_nonnegative(l.get_ns_per_byte);
+        if (!finite_nonnegative(l.rtt_ns) || !finite_nonnegative(l.get_ns) || !finite_nonnegative(l.get_ns_per_byte)) return false;
+        // The GET curve came later: a line without one reads as the straight line (no word of
+        // this format but "curve" starts with a 'c' here: "link" or "fit" comes next).
+        if (!(in >> std::ws) || in.peek() != 'c') return true;
+        std::size_t n = 0;
+        if (!(in >> word >> n) || word != "curve" || n == 0 || n > GetCurve::kMaxPoints) return false;
+        std::uint32_t last = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+            std::uint32_t bytes = 0;
+            double extra = 0;
+            if (!(in >> bytes >> extra) || bytes <= last || !finite_nonnegative(extra)) return false;
+            l.get_curve.add(bytes, extra);
+            last = bytes;
+        }
+        l.get_curve.make_monotone();
+        return true;
     };
     if (!(in >> key) || !link("probed", e.probed) || !link("link", e.model.link)) return std::nullopt;
     if (!(in >> word) || word != "fit") return std::nullopt;

@@ -5,7 +5,8 @@
 // while the link measures within a set fraction of the figures it was computed from.
 //
 //   bitship-planner-wisdom 2
-//   chase@127.0.0.1:7001#3fa2…  probed 4900 5200 0.08 0  link 4900 5100 0.08 0  fit get 120 0 1 …
+//   chase@127.0.0.1:7001#3fa2…  probed 4900 5200 0.08 0 curve 3 1024 310 8192 7400 262144 190000
+//     link 4900 5100 0.08 0 curve 3 …  fit get 120 0 1 …
 //     cached 1:xrdma …  cold 1:get 9:xrdma                       (one line per entry)
 
 #include <cstdint>

@@ -131,6 +131,21 @@ TEST_CASE(
     CHECK(link->bulk_gets >= 1);
     CHECK(link->bulk_bytes == 256u << 10);
     CHECK(link->mapped == (transport == "shm"));
+    // The GET curve: every ladder size, the bulk GET last, never cheaper for more bytes.
+    std::vector<std::string> points;
+    for (const auto& p : link->get_curve.points()) points.push_back(fmt::format("{} B +{:.0f} ns", p.bytes, p.extra_ns));
+    fmt::print("  GET curve over {}: {}\n", transport, fmt::join(points, ", "));
+    const auto& curve = link->get_curve.points();
+    REQUIRE(curve.size() >= xrdma::GetCurve::ladder(link->bulk_bytes).size() + 1);
+    CHECK(curve.back().bytes == link->bulk_bytes);
+    for (auto b : xrdma::GetCurve::ladder(link->bulk_bytes))
+        CHECK(std::any_of(curve.begin(), curve.end(), [&](const xrdma::GetPoint& p) { return p.bytes == b; }));
+    for (std::size_t i = 1; i < curve.size(); ++i) {
+        CHECK(curve[i].bytes > curve[i - 1].bytes);
+        CHECK(curve[i].extra_ns >= curve[i - 1].extra_ns);
+    }
+    CHECK(std::isfinite(curve.back().extra_ns));
+    CHECK(curve.back().extra_ns > 0);
     auto mapped = client->mapped(*region);
     REQUIRE(mapped);
     CHECK(*mapped == link->mapped);
