@@ -69,8 +69,10 @@ struct PlannerOptions {
     /// flagged as slow.
     double slow_factor = 1.5;
     std::size_t slow_window = 16;
-    /// A reported queue, or late runs, older than this are stale: the agent is taken as idle
-    /// again (and, pushed back to GET, tried with shipping again).
+    /// A reported queue older than this is stale, and late runs hold this long after the newest
+    /// late one: the agent is taken as idle again (and, pushed back to GET, tried with shipping
+    /// again; a retry that is late too doubles the hold, up to 30 × this). Late runs count
+    /// while they are newer than 30 × this.
     std::chrono::milliseconds load_fresh{100};
     /// How long the agents spin before they sleep (xagent --spin-us; this is its default): an
     /// owner that long without a message from this client is taken to be asleep, and a remote

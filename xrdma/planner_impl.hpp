@@ -52,6 +52,11 @@ struct Planner::Impl {
         double late_ns = 0;            ///< what the recent remote runs say a call waits (update_lateness)
         double get_late = 1;           ///< meanwhile, the recent GETs' actual ÷ predicted (≥ 1)
         Clock::time_point late_until;  ///< until when both hold
+        /// How long lateness holds after the latest late remote run (update_lateness): from
+        /// load_fresh, doubled each time the first remote run after a hold (a retry) is late
+        /// too, up to kLateHorizon × load_fresh; a retry on time ends it. Zero: load_fresh.
+        Clock::duration hold{};
+        Clock::time_point judged_newest; ///< the newest remote run update_lateness last judged
         bool flagged = false;
     };
 

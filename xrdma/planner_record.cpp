@@ -18,6 +18,12 @@ constexpr std::size_t kSamplesKept = 64;
 /// push the next calls back for the whole load_fresh window).
 constexpr std::size_t kLateRuns = 3;
 constexpr std::size_t kLateKept = kLateRuns;
+/// How old (in load_fresh) the late runs may be, and the longest a lateness holds. Counted
+/// within load_fresh alone, runs spaced further apart than a third of it never showed a queue:
+/// bench/planner's cold busy rows, three runs a point between awaited compiles, shipped into a
+/// 1-2 ms wait where GET took 10 us (regret 50-222x, bench/results/planner_getcurve_ab_20261204.txt),
+/// and so would any caller that ships every 50 ms or more to a busy owner.
+constexpr int kLateHorizon = 30;
 /// A run that took more than this many times the model's estimate does not teach it: what
 /// made it that slow is a load or a stall the model does not hold (it is the unloaded agent's;
 /// the queue is added apart), not a cost of the op. Before update_lateness counted remote
@@ -141,28 +147,36 @@ void Planner::Impl::learn(OpState& st, std::uint64_t size, Strategy s, bool cach
 }
 
 /// After a run: whether the owner's latest remote runs (at least kLateRuns within
-/// load_fresh) took slow_factor × their prediction or more and that many times more than its
-/// latest GETs took over theirs (a slow link or a model error makes both late; a queue, the
-/// remote runs only), or kLearnLimit × (slow_factor × where that is more) whatever the GETs
-/// took. If so, what they took beyond it (the median) counts as a queue while kLateRuns of
-/// them are still in the window.
+/// kLateHorizon × load_fresh) took slow_factor × their prediction or more and that many times
+/// more than its latest GETs took over theirs (a slow link or a model error makes both late; a
+/// queue, the remote runs only), or kLearnLimit × (slow_factor × where that is more) whatever
+/// the GETs took. If so, what they took beyond it (the median) counts as a queue for `hold`
+/// after the newest late one (AgentRecord::hold): load_fresh at first; when the first remote run
+/// after a hold ran out (a retry: pushed back to GET, the planner tries shipping again) is late
+/// too, twice as long, up to kLateHorizon × load_fresh; a retry on time ends the lateness at
+/// once. Only the newest count, so without retries two runs on time end it too.
 void Planner::Impl::update_lateness(AgentRecord& rec, Clock::time_point now) const {
+    const bool was_late = rec.late_ns > 0;
+    const auto was_until = rec.late_until;
     rec.late_ns = 0;
     rec.get_late = 1;
+    const auto horizon = options.load_fresh * kLateHorizon;
     // record() keeps at most kLateKept of each: fixed arrays, no allocation after every run.
     std::array<double, kLateKept> ratios{}, excess{}, get_ratios{};
     std::array<Clock::time_point, kLateKept> times{};
-    std::size_t n = 0, gets = 0;
+    std::size_t n = 0, gets = 0, newest = 0;
     for (const auto& late : rec.recent)
-        if (n < kLateKept && now - late.at <= options.load_fresh) {
+        if (n < kLateKept && now - late.at <= horizon) {
             ratios[n] = late.ratio;
             excess[n] = late.excess_ns;
             times[n] = late.at;
+            if (times[n] > times[newest]) newest = n;
             ++n;
         }
-    if (n < kLateRuns) return;
+    auto end_lateness = [&] { rec.hold = {}; };
+    if (n < kLateRuns) return end_lateness();
     for (const auto& late : rec.recent_gets)
-        if (gets < kLateKept && now - late.at <= options.load_fresh) get_ratios[gets++] = late.ratio;
+        if (gets < kLateKept && now - late.at <= horizon) get_ratios[gets++] = late.ratio;
     const double get_late = gets == 0 ? 1.0 : std::max(1.0, median_of_first(get_ratios, gets));
     // Late by kLearnLimit or more is load whatever the GETs did (a model is never that far
     // off: learn()): over TCP a loaded owner makes its GETs nearly as late as its remote runs
@@ -171,17 +185,27 @@ void Planner::Impl::update_lateness(AgentRecord& rec, Clock::time_point now) con
     // rows: native at 450-545 us chosen two runs of three where GET took 50;
     // bench/results/planner_late_gate_20261202.txt). choose() then weighs GET by its own
     // lateness against the remote run and its wait, both as measured.
-    const double late = median_of_first(ratios, n);
-    if (late < options.slow_factor * get_late && late < std::max(kLearnLimit, options.slow_factor)) return;
+    const auto is_late = [&](double ratio) {
+        return ratio >= options.slow_factor * get_late || ratio >= std::max(kLearnLimit, options.slow_factor);
+    };
+    const auto newest_at = times[newest];
+    const bool newest_late = is_late(ratios[newest]);
+    // A retry: a remote run not judged before, made after the last hold had run out.
+    const bool retry = was_late && newest_at != rec.judged_newest && newest_at > was_until;
+    rec.judged_newest = newest_at;
+    if (retry && !newest_late) return end_lateness();
+    Clock::time_point last_late{}; // the newest late run (one on time, not yet enough to end it, does not extend it)
+    for (std::size_t i = 0; i < n; ++i)
+        if (is_late(ratios[i])) last_late = std::max(last_late, times[i]);
+    const double late = median_of_first(ratios, n); // (reorders ratios)
+    if (!is_late(late)) return end_lateness();
     rec.late_ns = std::max(0.0, median_of_first(excess, n));
     // A GET the owner serves itself (over TCP UCX emulates it in software on the target)
     // waits for the loaded owner too, less than a remote run: fetching pays that per GET.
     rec.get_late = get_late;
-    // Until fewer than kLateRuns of them are left in the window: the kLateRuns-th newest
-    // leaves it then.
-    std::nth_element(times.begin(), times.begin() + (kLateRuns - 1), times.begin() + static_cast<std::ptrdiff_t>(n),
-                     std::greater<>());
-    rec.late_until = times[kLateRuns - 1] + options.load_fresh;
+    const Clock::duration fresh = options.load_fresh;
+    if (retry) rec.hold = std::min<Clock::duration>(2 * std::max(rec.hold, fresh), horizon);
+    rec.late_until = last_late + std::max(rec.hold, fresh);
 }
 
 void Planner::Impl::push_sample(std::vector<Sample>& v, Sample s) {

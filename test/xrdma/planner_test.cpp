@@ -491,6 +491,61 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     CHECK(to_idle->stats().pushed_back < to_busy->stats().pushed_back);
 }
 
+TEST_CASE("a caller that ships to a busy owner less often than load_fresh still sees its queue, and retries less and less", "[integration][serial]") {
+    // Over shared memory, where a GET reads the owner's memory and waits for nobody (over TCP the
+    // busy owner serves GETs late too, and shipping is then rightly chosen: late_gets). Runs
+    // 150 ms apart against a load_fresh of 100 ms: never three late runs within it. Counted
+    // within load_fresh alone, the planner shipped every one into the queue; counted within
+    // kLateHorizon (30 x load_fresh) it pushes back after three late ones, and each retry that
+    // finds the queue still there doubles how long the next push-back holds.
+    AgentProcess busy("shm", chase_region());
+    auto client = client_for("shm");
+    auto target = client.connect(busy.address());
+    REQUIRE(target);
+    auto options = options_in({});
+    options.wisdom.clear();
+    options.load_fresh = 100ms;
+    auto op = ChaseOp::create(client, {*target}, kNodes, 11);
+    REQUIRE(op);
+    auto planner = Planner::open(client, {*target}, options);
+    REQUIRE(planner);
+    REQUIRE(planner->add(**op, kDepths));
+    constexpr std::uint64_t kDepth = kDepths.max_size;
+    REQUIRE(planner->choose(**op, kDepth) != Strategy::get);
+    // Background kernels 4x the walk's fetch (50 ms to 2 s), two in flight: as in the test above,
+    // the queue costs more than fetching on any host.
+    auto unloaded = planner->plan(**op, kDepth);
+    REQUIRE(unloaded);
+    const auto kernel_steps = static_cast<std::uint64_t>(std::clamp(4 * unloaded->estimate_of(Strategy::get), 50e6, 2e9));
+    ClientOptions load_options;
+    load_options.transport = Transport::shm;
+    load_options.loopback_only = true;
+    load_options.call_timeout = 60s;
+    BackgroundLoad load(load_options, {busy.address()}, 2, [kernel_steps](Client& c, const Target& t) {
+        return c.ship(behaviour_kernels::busy_count, t, kernel_steps);
+    });
+    REQUIRE(load.wait_for_calls(2, 30s));
+    constexpr int kRuns = 14;
+    std::string taken_in_turn;
+    int shipped = 0;
+    for (int i = 0; i < kRuns; ++i) {
+        Strategy taken{};
+        auto r = planner->run(**op, kDepth, &taken);
+        REQUIRE(r);
+        REQUIRE(*r == (*op)->expected(kDepth));
+        shipped += taken != Strategy::get;
+        taken_in_turn += taken == Strategy::get ? 'g' : 's';
+        std::this_thread::sleep_for(150ms);
+    }
+    INFO("in turn (s: shipped, g: fetched): " << taken_in_turn << "; pushed back " << planner->stats().pushed_back
+                                              << "; background calls " << load.calls());
+    // Three late ones, the first retry after 100 ms, the next after 200, 400, 800: 6 of 14 shipped
+    // here (ssssgsggsggggg). With late runs counted within load_fresh alone (kLateHorizon 1):
+    // all 14, none pushed back.
+    CHECK(planner->stats().pushed_back >= 4);
+    CHECK(shipped <= kRuns - 4);
+}
+
 TEST_CASE("an agent persistently slower than predicted is flagged in stats, slow_agents() and the log, and its late runs do not refit the model", "[integration][serial]") {
     TcpChaseAgent setup;
     auto& [agent, client, target, options] = setup;
