@@ -19,7 +19,7 @@ constexpr std::size_t kSamplesKept = 64;
 constexpr std::size_t kLateRuns = 3;
 constexpr std::size_t kLateKept = kLateRuns;
 /// How old (in load_fresh) the late runs may be, and the longest a lateness holds. Counted
-/// within load_fresh alone, runs spaced further apart than a third of it never showed a queue:
+/// within load_fresh alone, runs spaced half of it or more apart never showed a queue:
 /// bench/planner's cold busy rows, three runs a point between awaited compiles, shipped into a
 /// 1-2 ms wait where GET took 10 us (regret 50-222x, bench/results/planner_getcurve_ab_20261204.txt),
 /// and so would any caller that ships every 50 ms or more to a busy owner.
