@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -42,6 +43,25 @@ constexpr std::uint64_t kNodes = 1 << 12;
 constexpr Boundaries kDepths{1, 256};
 
 std::vector<std::string> chase_region() { return {"--region", fmt::format("chase={}", kNodes * 16), "--workers", "1"}; }
+
+/// A second client keeping the agent at `address` busy: its one worker running busy_count
+/// kernels, two in flight, so one is always queued, each 4x the fetch `unloaded` estimates (at
+/// least 50 ms, at most 2 s; busy_count steps about a nanosecond each). `steps`: their length.
+std::unique_ptr<BackgroundLoad> keep_busy(Transport transport, const std::string& address, const Plan& unloaded,
+                                          std::uint64_t* steps = nullptr) {
+    const auto kernel_steps = static_cast<std::uint64_t>(std::clamp(4 * unloaded.estimate_of(Strategy::get), 50e6, 2e9));
+    if (steps != nullptr) *steps = kernel_steps;
+    ClientOptions load_options;
+    load_options.transport = transport;
+    load_options.loopback_only = true;
+    load_options.call_timeout = 60s;
+    auto load = std::make_unique<BackgroundLoad>(load_options, std::vector<std::string>{address}, 2,
+                                                 [kernel_steps](Client& c, const Target& t) {
+                                                     return c.ship(behaviour_kernels::busy_count, t, kernel_steps);
+                                                 });
+    REQUIRE(load->wait_for_calls(2, 30s));
+    return load;
+}
 
 Client client_for(const std::string& transport) {
     ClientOptions o;
@@ -458,18 +478,11 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     // at 117 ms, and shipping behind a 78 ms queue of 50 ms kernels was the right choice there.
     auto unloaded = to_busy->plan(**busy_op, kDepth);
     REQUIRE(unloaded);
-    const auto kernel_steps = static_cast<std::uint64_t>(
-        std::clamp(4 * unloaded->estimate_of(Strategy::get), 50e6, 2e9));
+    std::uint64_t kernel_steps = 0;
+    auto load_ptr = keep_busy(Transport::tcp, busy.address(), *unloaded, &kernel_steps);
+    auto& load = *load_ptr;
     INFO("background kernels of " << kernel_steps << " steps; the walk's fetch estimated at "
                                   << unloaded->estimate_of(Strategy::get) / 1e6 << " ms");
-    ClientOptions load_options;
-    load_options.transport = Transport::tcp;
-    load_options.loopback_only = true;
-    load_options.call_timeout = 60s;
-    BackgroundLoad load(load_options, {busy.address()}, 2, [kernel_steps](Client& c, const Target& t) {
-        return c.ship(behaviour_kernels::busy_count, t, kernel_steps);
-    });
-    REQUIRE(load.wait_for_calls(2, 30s));
     const auto busy_shipped = shipped(*to_busy, **busy_op);
     // Another agent's queue is not this one's: the idle agent's planner, run again while the
     // other works, pushes back less often than the busy one's (a host this loaded may still
@@ -512,19 +525,10 @@ TEST_CASE("a caller that ships to a busy owner less often than load_fresh still 
     REQUIRE(planner->add(**op, kDepths));
     constexpr std::uint64_t kDepth = kDepths.max_size;
     REQUIRE(planner->choose(**op, kDepth) != Strategy::get);
-    // Background kernels 4x the walk's fetch (50 ms to 2 s), two in flight: as in the test above,
-    // the queue costs more than fetching on any host.
+    // A queue that costs more than fetching on any host, as in the test above.
     auto unloaded = planner->plan(**op, kDepth);
     REQUIRE(unloaded);
-    const auto kernel_steps = static_cast<std::uint64_t>(std::clamp(4 * unloaded->estimate_of(Strategy::get), 50e6, 2e9));
-    ClientOptions load_options;
-    load_options.transport = Transport::shm;
-    load_options.loopback_only = true;
-    load_options.call_timeout = 60s;
-    BackgroundLoad load(load_options, {busy.address()}, 2, [kernel_steps](Client& c, const Target& t) {
-        return c.ship(behaviour_kernels::busy_count, t, kernel_steps);
-    });
-    REQUIRE(load.wait_for_calls(2, 30s));
+    auto load = keep_busy(Transport::shm, busy.address(), *unloaded);
     constexpr int kRuns = 14;
     std::string taken_in_turn;
     int shipped = 0;
@@ -538,7 +542,7 @@ TEST_CASE("a caller that ships to a busy owner less often than load_fresh still 
         std::this_thread::sleep_for(150ms);
     }
     INFO("in turn (s: shipped, g: fetched): " << taken_in_turn << "; pushed back " << planner->stats().pushed_back
-                                              << "; background calls " << load.calls());
+                                              << "; background calls " << load->calls());
     // Three late ones, the first retry after 100 ms, the next after 200, 400, 800: 6 of 14 shipped
     // here (ssssgsggsggggg). With late runs counted within load_fresh alone (kLateHorizon 1):
     // all 14, none pushed back.
