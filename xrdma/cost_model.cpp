@@ -10,12 +10,13 @@ namespace bitship::xrdma {
 
 double serial_units(const OpWork& work, std::uint32_t lanes) noexcept {
     const bool fan_out = work.forwards == 0 && work.agents_touched > 1;
-    const auto units = static_cast<double>(work.remote_units);
-    if (!fan_out) return units;
-    // Each agent's share, times the rounds it takes when fewer agents than touched run at once.
-    const double share = std::ceil(units / work.agents_touched);
-    const std::uint32_t at_once = lanes > 0 ? std::min(lanes, work.agents_touched) : work.agents_touched;
-    return share * std::ceil(static_cast<double>(work.agents_touched) / at_once);
+    if (!fan_out) return static_cast<double>(work.remote_units);
+    // Each agent's share, times the rounds it takes when fewer agents than touched run at once
+    // (whole numbers: std::ceil is a libm call on baseline x86-64, and a loaded choose() pays it).
+    const std::uint64_t touched = work.agents_touched;
+    const std::uint64_t share = work.remote_units / touched + (work.remote_units % touched != 0);
+    const std::uint64_t at_once = lanes > 0 ? std::min<std::uint64_t>(lanes, touched) : touched;
+    return static_cast<double>(share * ((touched + at_once - 1) / at_once));
 }
 
 double get_bytes_ns(const LinkFigures& link, const OpWork& work) noexcept {

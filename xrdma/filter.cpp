@@ -138,8 +138,9 @@ OpWork FilterOp::work(std::uint64_t size) const {
     w.get_bytes = size * sizeof(std::uint64_t);
     w.remote_units = size;
     w.forwards = 0; // a fan-out: every agent answers here
-    w.result_bytes = static_cast<std::uint64_t>(std::llround(static_cast<double>(size) * threshold_ /
-                                                             BS_FILTER_THRESHOLD_MAX)) * sizeof(std::uint64_t);
+    // Rounded to the nearest item (not std::llround: a libm call, in every loaded choose()).
+    w.result_bytes = static_cast<std::uint64_t>(static_cast<double>(size) * threshold_ / BS_FILTER_THRESHOLD_MAX + 0.5) *
+                     sizeof(std::uint64_t);
     w.agents_touched = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (size + per - 1) / per));
     return w;
 }

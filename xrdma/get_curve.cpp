@@ -49,13 +49,15 @@ void GetCurve::make_monotone() noexcept {
 double GetCurve::extra_ns(double bytes, double per_byte) const noexcept {
     if (points_.empty()) return bytes * per_byte;
     if (bytes <= kSmallest) return 0;
+    if (const auto& first = points_.front(); bytes <= static_cast<double>(first.bytes)) // a walk's GETs: no search
+        return (bytes - kSmallest) / (static_cast<double>(first.bytes) - kSmallest) * first.extra_ns;
     // The first point at or above `bytes` (a loaded owner's choose() estimates a GET: a scan of
     // a four-agent curve's thirty points cost more than the rest of the choice).
     const auto at = std::lower_bound(points_.begin(), points_.end(), bytes,
                                      [](const GetPoint& p, double b) { return static_cast<double>(p.bytes) < b; });
-    if (at != points_.end()) {
-        const double prev_bytes = at == points_.begin() ? kSmallest : static_cast<double>(std::prev(at)->bytes);
-        const double prev_ns = at == points_.begin() ? 0.0 : std::prev(at)->extra_ns;
+    if (at != points_.end()) { // past the first point
+        const double prev_bytes = static_cast<double>(std::prev(at)->bytes);
+        const double prev_ns = std::prev(at)->extra_ns;
         const double t = (bytes - prev_bytes) / (static_cast<double>(at->bytes) - prev_bytes);
         return prev_ns + t * (at->extra_ns - prev_ns);
     }

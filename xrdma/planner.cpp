@@ -47,12 +47,10 @@ Result<CodeHash> Planner::Impl::code_hash(const Op& op) const {
 
 /// Calls ahead of a new one at the owner, by its last reply: 0 while a worker is free or
 /// the report is stale.
-std::uint32_t Planner::Impl::calls_ahead(Clock::time_point now) const {
-    const Target& owner = agents.front();
-    const auto load = client->load(owner);
-    if (load.at == Clock::time_point{} || now - load.at > options.load_fresh) return 0;
-    const std::uint32_t workers = std::max<std::uint32_t>(owner.info().workers, 1);
-    const std::uint32_t taken = std::uint32_t(load.busy) + load.queued;
+std::uint32_t Planner::Impl::calls_ahead(const AgentLoad& reply, Clock::time_point now) const {
+    if (reply.at == Clock::time_point{} || now - reply.at > options.load_fresh) return 0;
+    const std::uint32_t workers = std::max<std::uint32_t>(agents.front().info().workers, 1);
+    const std::uint32_t taken = std::uint32_t(reply.busy) + reply.queued;
     return taken < workers ? 0 : taken + 1 - workers;
 }
 
@@ -74,29 +72,28 @@ double Planner::Impl::queue_wait_ns(std::uint32_t ahead, Clock::time_point now) 
 
 /// The owner's load as the choice weighs it, at one reading of the clock: the wait, and while
 /// there is one and the owner's runs are late (update_lateness), how late its GETs are too.
-OwnerLoad Planner::Impl::owner_load(std::uint32_t ahead, Clock::time_point now) const {
+OwnerLoad Planner::Impl::owner_load(const AgentLoad& reply, std::uint32_t ahead, Clock::time_point now) const {
     OwnerLoad load{queue_wait_ns(ahead, now), 1};
     if (load.wait_ns > 0 && owner_record != nullptr && owner_record->late_ns > 0 && now < owner_record->late_until)
         load.get_late = owner_record->get_late;
-    load.wake_ns = wake_ns(now);
+    load.wake_ns = wake_ns(reply, now);
     if (reaches_owner(Strategy::get)) load.get_wake_ns = load.wake_ns;
     return load;
 }
 
 /// What waking the owner adds to a call sent now: nothing while it has heard from this client
-/// within the agents' spin window. Its last reply to the client (Client::load) is stamped by
+/// within the agents' spin window. Its last reply to the client (`reply`, Client::load) is stamped by
 /// the coarse clock, so it counts as up to a tick later than stamped: an owner is taken to be
 /// asleep only when it surely is, as far as this client knows (another client's calls may keep
 /// it awake; then the planner errs towards GET). Reads steady_clock (the spin window is far
 /// finer than the coarse clock's tick) unless `now` (either clock's reading: the coarse one is
 /// never ahead) already says so; choose(), plan() and run() see the same.
-double Planner::Impl::wake_ns(Clock::time_point now) const {
+double Planner::Impl::wake_ns(const AgentLoad& reply, Clock::time_point now) const {
     if (options.agent_spin.count() <= 0) return 0;
     const double wake = wake_cost_ns();
     if (wake <= 0) return 0;
     auto heard = owner_heard;
-    if (const auto replied = client->load(agents.front()).at; replied != Clock::time_point{})
-        heard = std::max(heard, replied + std::chrono::duration_cast<Clock::duration>(coarse_tick()));
+    if (reply.at != Clock::time_point{}) heard = std::max(heard, reply.at + std::chrono::duration_cast<Clock::duration>(coarse_tick()));
     // Past the window by `now`, the owner is surely asleep, and steady_clock (27 ns on the
     // reference VM) goes unread.
     if (now - heard > options.agent_spin) return wake;
@@ -108,7 +105,8 @@ OwnerLoad Planner::Impl::owner_load() const {
     // planner's whole run-time cost): a load, stamped by it too, or a lateness window (100 ms)
     // lasts up to a tick (4 ms) longer.
     const auto now = coarse_steady_now();
-    return owner_load(calls_ahead(now), now);
+    const auto reply = owner_reply();
+    return owner_load(reply, calls_ahead(reply, now), now);
 }
 
 Strategy Planner::Impl::choose(const OpState& st, std::uint64_t size, OwnerLoad load, Shift* shift) const {
@@ -302,8 +300,9 @@ Result<Bytes> Planner::run(Op& op, std::uint64_t size, Strategy* chosen) {
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
     // The owner's load is read once, for the choice and for what the run teaches.
     const auto now = Clock::now();
-    const auto ahead = im.calls_ahead(now);
-    const OwnerLoad load = im.owner_load(ahead, now);
+    const auto reply = im.owner_reply();
+    const auto ahead = im.calls_ahead(reply, now);
+    const OwnerLoad load = im.owner_load(reply, ahead, now);
     Shift shift = Shift::none;
     const Strategy choice = im.choose(*st, size, load, &shift);
     auto r = im.run_recorded(*st, size, choice, ahead, load.wait_ns, choice == Strategy::get ? load.get_wake_ns : load.wake_ns);
@@ -321,8 +320,9 @@ Result<std::pair<Bytes, std::chrono::nanoseconds>> Planner::run_as(Op& op, std::
     auto* st = im.find(op);
     if (st == nullptr) return fail(Errc::invalid_argument, fmt::format("op {} was not added to the planner", op.name()));
     const auto now = Clock::now();
-    const auto ahead = im.calls_ahead(now);
-    const double wake = im.reaches_owner(strategy) ? im.wake_ns(now) : 0;
+    const auto reply = im.owner_reply();
+    const auto ahead = im.calls_ahead(reply, now);
+    const double wake = im.reaches_owner(strategy) ? im.wake_ns(reply, now) : 0;
     return im.run_recorded(*st, size, strategy, ahead, im.queue_wait_ns(ahead, now), wake);
 }
 

@@ -92,11 +92,14 @@ struct Planner::Impl {
     // planner.cpp: the choice and the wisdom.
     [[nodiscard]] std::string agents_key() const;
     Result<CodeHash> code_hash(const Op& op) const;
-    [[nodiscard]] std::uint32_t calls_ahead(Clock::time_point now = Clock::now()) const;
+    /// The owner's last reply to this client (Client::load): read once a choice, and handed to
+    /// calls_ahead and wake_ns.
+    [[nodiscard]] AgentLoad owner_reply() const { return client->load(agents.front()); }
+    [[nodiscard]] std::uint32_t calls_ahead(const AgentLoad& reply, Clock::time_point now) const;
     [[nodiscard]] double queue_wait_ns(std::uint32_t ahead, Clock::time_point now) const;
-    [[nodiscard]] OwnerLoad owner_load(std::uint32_t ahead, Clock::time_point now) const;
+    [[nodiscard]] OwnerLoad owner_load(const AgentLoad& reply, std::uint32_t ahead, Clock::time_point now) const;
     [[nodiscard]] OwnerLoad owner_load() const;
-    [[nodiscard]] double wake_ns(Clock::time_point now) const;
+    [[nodiscard]] double wake_ns(const AgentLoad& reply, Clock::time_point now) const;
     /// What waking the owner costs: PlannerOptions::wake_ns, else the probes' figure.
     [[nodiscard]] double wake_cost_ns() const noexcept { return options.wake_ns >= 0 ? options.wake_ns : link.wake_ns; }
     [[nodiscard]] bool reaches_owner(Strategy s) const noexcept { return s != Strategy::get || !link.mapped; }

@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -77,6 +79,24 @@ TEST_CASE("a fit recovers the per-unit and fixed costs of timed runs beyond the 
     CHECK(f.fixed_ns == Approx(500).epsilon(1e-6));
 }
 
+TEST_CASE("the agents a random walk reaches: the formula, and every agent once its shortcut applies", "[unit]") {
+    CHECK(expected_agents(1, 100) == 1);
+    CHECK(expected_agents(4, 0) == 1);
+    CHECK(expected_agents(4, 1) == 1);
+    CHECK(expected_agents(4, 4) == 3);  // 4 × (1 − 0.75⁴) = 2.73
+    CHECK(expected_agents(4, 7) == 3);  // 3.47
+    CHECK(expected_agents(4, 8) == 4);  // 3.60
+    CHECK(expected_agents(16, 8) == 6); // 16 × (1 − (15/16)⁸) = 6.45
+    // Past a·(bit_width(a) + 1) visits the shortcut answers `a`; the formula agrees.
+    for (std::uint32_t a : {2u, 3u, 4u, 5u, 16u, 100u, 1000u})
+        for (std::uint64_t v = 2; v < std::uint64_t{a} * 40; v += 1 + v / 64) {
+            const double reached = a * (1.0 - std::pow(1.0 - 1.0 / a, static_cast<double>(v)));
+            const auto formula = static_cast<std::uint32_t>(std::clamp<long long>(std::llround(reached), 1, a));
+            INFO("agents " << a << ", visits " << v);
+            REQUIRE(expected_agents(a, v) == formula);
+        }
+}
+
 TEST_CASE("a fan-out over agents that share a host's cores costs the shares that wait their turn", "[unit]") {
     // 4000 items over 4 agents, no forwards: 1000 each.
     OpWork w{1, 8 * 4000, 4000, 0, 8, 4};
@@ -87,6 +107,10 @@ TEST_CASE("a fan-out over agents that share a host's cores costs the shares that
     CHECK(serial_units(w, 2) == 2000); // 4 agents, 2 at once: two shares one after the other
     CHECK(serial_units(w, 3) == 2000);
     CHECK(serial_units(w, 1) == 4000);
+    // A share that does not divide evenly rounds up: 4001 items, 1001 on the fullest agent.
+    OpWork uneven{1, 8 * 4001, 4001, 0, 8, 4};
+    CHECK(serial_units(uneven) == 1001);
+    CHECK(serial_units(uneven, 3) == 2002);
     // A walk is serial whatever the lanes.
     OpWork walk{100, 1600, 100, 75, 16, 4};
     CHECK(serial_units(walk, 2) == 100);
