@@ -323,6 +323,7 @@ int main(int argc, char** argv) {
     std::vector<Point> points;
     std::vector<Crossover> crossovers;
     std::vector<double> choose_ns, choose_after_ns; // choose()'s cost before and after each op's grid
+    std::vector<std::string> choose_after_each;     // the latter, each with its op and link
     std::vector<double> run_cost_ns;                // run()'s own cost, after each op's grid
     static constexpr int kChooses = 200'000;
     static constexpr std::size_t kChooseSizes = 4096; // the sizes choose() is timed at, in turn (a power of 2)
@@ -536,6 +537,7 @@ int main(int argc, char** argv) {
                         }
                     }
                     choose_after_ns.push_back(time_choose());
+                    choose_after_each.push_back(fmt::format("{} {}×{} {:.0f}", spec.name, tl, n, choose_after_ns.back()));
                     run_cost_ns.push_back(time_run_cost(*planner, o, bounds.min_size));
                 }
             }
@@ -556,6 +558,7 @@ int main(int argc, char** argv) {
     };
     print_choose(choose_ns, "before an op's runs");
     print_choose(choose_after_ns, "after them (the owner's load and lateness read)");
+    if (!choose_after_each.empty()) fmt::print("   after each op's runs, ns: {}\n", fmt::join(choose_after_each, ", "));
     if (!run_cost_ns.empty()) {
         std::sort(run_cost_ns.begin(), run_cost_ns.end());
         fmt::print("run(): {:.0f} ns a call of its own over the op it runs (median of {} ops; {:.0f}-{:.0f}; each: the median of "

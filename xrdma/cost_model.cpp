@@ -25,7 +25,8 @@ double get_bytes_ns(const LinkFigures& link, const OpWork& work) noexcept {
     // flight at once); each pays the curve for its share of the bytes.
     const bool fan_out = work.forwards == 0 && work.agents_touched > 1 && work.dependent_gets <= 1;
     const double gets = std::max<double>(1.0, static_cast<double>(work.dependent_gets)) * (fan_out ? work.agents_touched : 1);
-    return gets * link.get_curve.extra_ns(static_cast<double>(work.get_bytes) / gets, link.get_ns_per_byte);
+    const auto bytes = static_cast<double>(work.get_bytes);
+    return gets == 1 ? link.get_curve.extra_ns(bytes, link.get_ns_per_byte) : gets * link.get_curve.extra_ns(bytes / gets, link.get_ns_per_byte);
 }
 
 double link_ns(const LinkFigures& link, Strategy s, const OpWork& work) noexcept {

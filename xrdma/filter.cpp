@@ -141,7 +141,8 @@ OpWork FilterOp::work(std::uint64_t size) const {
     // Rounded to the nearest item (not std::llround: a libm call, in every loaded choose()).
     w.result_bytes = static_cast<std::uint64_t>(static_cast<double>(size) * threshold_ / BS_FILTER_THRESHOLD_MAX + 0.5) *
                      sizeof(std::uint64_t);
-    w.agents_touched = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (size + per - 1) / per));
+    // One agent's share or less: no 64-bit division (a loaded choose() asks this of each size).
+    w.agents_touched = size <= per ? 1 : static_cast<std::uint32_t>((size + per - 1) / per);
     return w;
 }
 

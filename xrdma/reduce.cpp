@@ -132,7 +132,8 @@ OpWork ReduceOp::work(std::uint64_t size) const {
     w.remote_units = size;
     w.forwards = 0; // a fan-out: every agent answers here
     w.result_bytes = sizeof(bs_reduce_result);
-    w.agents_touched = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, (size + per - 1) / per));
+    // One agent's share or less: no 64-bit division (a loaded choose() asks this of each size).
+    w.agents_touched = size <= per ? 1 : static_cast<std::uint32_t>((size + per - 1) / per);
     return w;
 }
 
