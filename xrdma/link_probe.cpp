@@ -47,7 +47,9 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
             Errc::invalid_argument,
             fmt::format("region '{}' of agent {} has {} bytes: a link probe needs at least {}",
                         region.name, target.info().address, region.size, kSmallBytes));
-    const auto deadline = Clock::now() + budget - kWakePings * kWakeSpell; // the woken pings' spells come last
+    // The woken pings come last; a tenth of the budget is kept for what the estimates below
+    // miss (the probe's thread starting, the step's search running long on a loaded host).
+    const auto deadline = Clock::now() + budget - budget / 10 - kWakePings * (kWakeSpell + kWakeSlack);
     LinkFigures out;
     auto mapped = client.mapped(region);
     if (!mapped) return tl::make_unexpected(mapped.error());
@@ -66,17 +68,26 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
 
     RunningFigure rtt, get_small, get_bulk;
     std::vector<RunningFigure> get_ladder(ladder.size());
-    // A round goes only if it ends, as the last of its kind did, in time for the step's GETs
-    // (kStepBisections × kStepGets, about a ladder size each) before the woken pings' spells.
+    // A round goes only if it ends, as the last of its kind did, in time for what must follow
+    // it before the woken pings: the step's GETs (kStepBisections × kStepGets) and the ladder
+    // sizes no round has measured yet, each about a ladder GET.
     // The ladder's sizes take turns, kLadderPerRound a round, so that a slow moment of the host
     // falls on one sample of a size, not on every size measured in it.
     Clock::duration bulk_round_took{}, round_took{};
+    double ladder_ns = 0, last_bulk_ns = 0; // the ladder GETs' time so far; the latest bulk GET's
     std::size_t next_rung = 0;
     for (std::size_t round = 0; round < kMaxRounds; ++round) {
         const auto began_round = Clock::now();
         const bool bulk_round = round % kBulkEvery == 0;
-        const auto reserve = round_took * (kStepBisections * kStepGets) / (kLadderPerRound + 2);
-        if (round > 0 && began_round + (bulk_round ? bulk_round_took : round_took) + reserve >= deadline) break;
+        const std::size_t unmeasured = ladder.size() - std::min(ladder.size(), next_rung);
+        const double per_ladder_get_ns = next_rung > 0 ? ladder_ns / static_cast<double>(next_rung) : 0;
+        const auto reserve = std::chrono::duration_cast<Clock::duration>(
+            std::chrono::duration<double, std::nano>(per_ladder_get_ns * static_cast<double>(kStepBisections * kStepGets + unmeasured)));
+        // Before a plain round has run, the bulk round less its bulk GET stands for one.
+        const auto plain_round = round_took.count() > 0
+                                     ? round_took
+                                     : bulk_round_took - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::nano>(last_bulk_ns));
+        if (round > 0 && began_round + (bulk_round ? bulk_round_took : plain_round) + reserve >= deadline) break;
         auto p = timed(ping);
         if (!p) return tl::make_unexpected(p.error());
         rtt.add(*p);
@@ -88,11 +99,13 @@ Result<LinkFigures> probe_link(Client& client, const Target& target, const Remot
             auto g = timed([&] { return client.get(region, 0, ladder[i]); });
             if (!g) return tl::make_unexpected(g.error());
             get_ladder[i].add(*g);
+            ladder_ns += *g;
         }
         if (bulk_round) {
             auto b = timed(bulk);
             if (!b) return tl::make_unexpected(b.error());
             get_bulk.add(*b);
+            last_bulk_ns = *b;
         }
         (bulk_round ? bulk_round_took : round_took) = Clock::now() - began_round;
     }

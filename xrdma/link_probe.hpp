@@ -45,15 +45,19 @@ struct LinkFigures {
     GetCurve get_curve{};
 };
 
-/// How long the probe leaves an agent idle before each of its woken pings: past xagent's
-/// default spin window (kDefaultSpin, 200 µs) with room for a late clock.
-inline constexpr std::chrono::microseconds kWakeSpell{1000};
+/// How long the probe leaves an agent idle before each of its woken pings: 2.5× xagent's
+/// default spin window (kDefaultSpin, 200 µs). At 1 ms the two spells took 2 of the probe's
+/// 5 ms, and a TCP probe ran to 5.3-5.9 ms.
+inline constexpr std::chrono::microseconds kWakeSpell{500};
+/// What a woken ping costs beyond its spell, budgeted ahead: sleep_for's overshoot and the
+/// ping that wakes the agent (150-200 µs over TCP on the reference VM).
+inline constexpr std::chrono::microseconds kWakeSlack{250};
 /// Woken pings a probe takes (LinkFigures::wake_ns).
 inline constexpr std::size_t kWakePings = 2;
 
 /// Measures a link within `budget` (default 5 ms) using `region` of the target for the GETs
 /// (read only). Takes at least one sample of each kind whatever the budget, then more, in
-/// rounds, while the budget less the woken pings' spells lasts (at most kMaxRounds): a ping,
+/// rounds, while the budget less what must follow them lasts (at most kMaxRounds): a ping,
 /// a small GET and GETs at four of GetCurve::ladder's sizes (in turn, each size once at least) each round, a bulk GET
 /// every fourth; then the curve's steepest step narrowed (a few GETs); then
 /// kWakePings pings, each after kWakeSpell of leaving the agent alone. Fails with the call's error when the

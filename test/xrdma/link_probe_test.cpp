@@ -115,10 +115,10 @@ TEST_CASE(
     // Printed so a reader sees the figures this machine gives (no test depends on them).
     fmt::print("link probe over {}: rtt {:.0f} ns ({} pings), 8 B GET {:.0f} ns ({}), bulk GET "
                "{:.3f} ns/B ({} × {} B), "
-               "mapped {}, took {:.2f} ms\n",
+               "mapped {}, waking the agent {:.0f} ns ({}), took {:.2f} ms\n",
                transport, link->rtt_ns, link->pings, link->get_ns, link->small_gets,
-               link->get_ns_per_byte, link->bulk_gets, link->bulk_bytes, link->mapped,
-               std::chrono::duration<double, std::milli>(took).count());
+               link->get_ns_per_byte, link->bulk_gets, link->bulk_bytes, link->mapped, link->wake_ns,
+               link->woken_pings, std::chrono::duration<double, std::milli>(took).count());
     CHECK(std::isfinite(link->rtt_ns));
     CHECK(link->rtt_ns > 0);
     CHECK(std::isfinite(link->get_ns));
