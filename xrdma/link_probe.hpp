@@ -12,6 +12,9 @@
 #include <future>
 
 #include "get_curve.hpp"
+#include "running_figure.hpp"
+
+#include <span>
 
 namespace bitship::xrdma {
 
@@ -64,6 +67,15 @@ inline constexpr std::size_t kWakePings = 2;
 /// agent does not answer, invalid_argument when `region` is not `target`'s or under 8 bytes.
 Result<LinkFigures> probe_link(Client& client, const Target& target, const RemoteRegion& region,
                                std::chrono::microseconds budget = std::chrono::milliseconds(5));
+
+/// The probe's GET figures from its samples, each figure with one sample at least: `out`'s
+/// get_ns (the small GETs' median, never above the least GET of any larger size: a small GET
+/// sampled only in a slow moment of the host is not dearer than 256 KiB), get_ns_per_byte and
+/// get_curve (`ladder`'s sizes at `at_ladder`'s samples and out.bulk_bytes at `bulk`'s, each
+/// its least sample beyond the least small GET, made monotone, its bulk point never zero).
+/// Returns that least small GET, what a narrowed step's GETs are measured beyond.
+double summarise_gets(const RunningFigure& small, std::span<const std::uint32_t> ladder,
+                      std::span<const RunningFigure> at_ladder, const RunningFigure& bulk, LinkFigures& out);
 
 /// probe_link in the background: the future completes with the figures. `client` must outlive
 /// the future's completion.

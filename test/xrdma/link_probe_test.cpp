@@ -89,6 +89,56 @@ TEST_CASE("a running figure gives the window's median and p95 and a weighted mea
     }
 }
 
+TEST_CASE("a probe's GET figures stand when a loaded host made its small GETs the slowest", "[unit]") {
+    const auto ladder = xrdma::GetCurve::ladder(256u << 10);
+    REQUIRE(!ladder.empty());
+    LinkFigures out;
+    out.bulk_bytes = 256u << 10;
+    RunningFigure small, bulk;
+    std::vector<RunningFigure> at_ladder(ladder.size());
+    auto curve_checks = [&] {
+        const auto& curve = out.get_curve.points();
+        REQUIRE(curve.size() == ladder.size() + 1);
+        CHECK(curve.back().bytes == out.bulk_bytes);
+        for (std::size_t i = 1; i < curve.size(); ++i) CHECK(curve[i].extra_ns >= curve[i - 1].extra_ns);
+        CHECK(curve.back().extra_ns > 0);
+        CHECK(out.get_ns_per_byte > 0);
+    };
+
+    SECTION("as on CI: one round, its 8 B GET at 9.8 ms against 1.1 ms for 256 KiB") {
+        small.add(9.8e6);
+        for (std::size_t i = 0; i < ladder.size(); ++i) at_ladder[i].add(95e3 + 1e3 * static_cast<double>(i));
+        bulk.add(1.1e6);
+        const double least_small = xrdma::summarise_gets(small, ladder, at_ladder, bulk, out);
+        // The small GET at no more than the least larger one, not 9.8 ms.
+        CHECK(out.get_ns == 95e3);
+        CHECK(least_small == 95e3);
+        CHECK(out.get_curve.points().back().extra_ns == Approx(1.1e6 - 95e3));
+        CHECK(out.get_ns_per_byte == Approx((1.1e6 - 95e3) / ((256u << 10) - 8)));
+        curve_checks();
+    }
+    SECTION("every other GET slower than the bulk one: its point at the per-byte figure") {
+        small.add(2e6);
+        for (auto& g : at_ladder) g.add(3e6);
+        bulk.add(1e6);
+        xrdma::summarise_gets(small, ladder, at_ladder, bulk, out);
+        CHECK(out.get_ns == 1e6);
+        curve_checks();
+    }
+    SECTION("an idle host's samples are taken as they are") {
+        for (double s : {1000.0, 1100.0, 1200.0}) small.add(s);
+        for (std::size_t i = 0; i < ladder.size(); ++i) at_ladder[i].add(1100 + 100.0 * static_cast<double>(i));
+        bulk.add(20e3);
+        const double least_small = xrdma::summarise_gets(small, ladder, at_ladder, bulk, out);
+        CHECK(out.get_ns == 1100);
+        CHECK(least_small == 1000);
+        CHECK(out.get_curve.points().front().extra_ns == Approx(100));
+        CHECK(out.get_curve.points().back().extra_ns == Approx(19e3));
+        CHECK(out.get_ns_per_byte == Approx((20e3 - 1100) / ((256u << 10) - 8)));
+        curve_checks();
+    }
+}
+
 TEST_CASE(
     "a link probe measures round trip, GET latency and bandwidth, and whether memory is mapped",
     "[integration]") {
