@@ -425,8 +425,13 @@ TEST_CASE("what refits learn reaches the wisdom file by the planner's end, not a
 }
 
 TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integration][serial]") {
-    AgentProcess idle("tcp", chase_region()), busy("tcp", chase_region());
-    auto client = client_for("tcp");
+    // Over shared memory, where a GET reads the owner's memory and waits for nobody. Over TCP
+    // UCX serves a GET in software on the busy owner's host, and on two loaded cores the walk's
+    // 256 GETs took 250 ms against 51 ms for shipping behind the queue: the planner rightly
+    // shipped 29 runs of 30 there, and pushed back once, as often as the idle agent's planner
+    // beside the load did.
+    AgentProcess idle("shm", chase_region()), busy("shm", chase_region());
+    auto client = client_for("shm");
     auto idle_t = client.connect(idle.address());
     auto busy_t = client.connect(busy.address());
     REQUIRE(idle_t);
@@ -469,39 +474,43 @@ TEST_CASE("a busy agent gets fewer shipped calls than an idle one", "[integratio
     // a host too busy to run the idle agent promptly makes its runs late where GETs are not:
     // then fetching is the right choice (the planner's update_lateness), and a CI machine did
     // make it for a third of them. The load under test is the agent's own queue.
+    // First a few unrecorded calls: the agent idle through the other's calibration has gone to
+    // sleep, and waking it made the first two runs 5-40x late (these planners never take an
+    // owner to be asleep), a queue to the planner.
+    for (int i = 0; i < 3; ++i) REQUIRE((*idle_op)->start(Strategy::xrdma, kDepth).get());
     const auto idle_shipped = shipped(*to_idle, **idle_op);
 
     // A second client keeps the busy agent's one worker running kernels, two in flight, so one
     // is always queued: each 4x the fetch the planner estimates for the walk (at least 50 ms,
     // at most 2 s; busy_count steps about a nanosecond each). The queue then costs more than
-    // fetching on any host: a CI host whose round trips took 518 us measured fetching the walk
-    // at 117 ms, and shipping behind a 78 ms queue of 50 ms kernels was the right choice there.
+    // the mapped fetch on any host.
     auto unloaded = to_busy->plan(**busy_op, kDepth);
     REQUIRE(unloaded);
     std::uint64_t kernel_steps = 0;
-    auto load_ptr = keep_busy(Transport::tcp, busy.address(), *unloaded, &kernel_steps);
+    auto load_ptr = keep_busy(Transport::shm, busy.address(), *unloaded, &kernel_steps);
     auto& load = *load_ptr;
     INFO("background kernels of " << kernel_steps << " steps; the walk's fetch estimated at "
                                   << unloaded->estimate_of(Strategy::get) / 1e6 << " ms");
     const auto busy_shipped = shipped(*to_busy, **busy_op);
-    // Another agent's queue is not this one's: the idle agent's planner, run again while the
-    // other works, pushes back less often than the busy one's (a host this loaded may still
-    // make a few of its runs late).
-    const auto idle_pushed_before = to_idle->stats().pushed_back;
-    const auto idle_shipped_beside = shipped(*to_idle, **idle_op);
+    // The idle agent's planner is not run again beside the load (above: on 2 cores it pushed
+    // back 28 runs of 30 then, as many as the busy one's).
     auto last = to_busy->plan(**busy_op, kDepth);
     REQUIRE(last);
     const auto load_now = client.load(*busy_t);
     INFO("the busy agent's last plan: " << last->reason << "; its load " << load_now.busy << " busy, " << load_now.queued
                                         << " queued; at most " << most_busy << " busy, " << most_queued << " queued");
-    INFO("shipped to the idle agent " << idle_shipped << " of " << kRuns << " (" << idle_shipped_beside
-                                      << " beside the load), to the busy one " << busy_shipped << " (pushed back "
-                                      << to_busy->stats().pushed_back << "); background calls " << load.calls());
-    CHECK(idle_shipped >= kRuns - 3);
+    fmt::print("busy vs idle agent: shipped {} of {} to the idle one, {} to the busy one (pushed back {}, past late GETs {}); "
+               "background calls {}\n",
+               idle_shipped, kRuns, busy_shipped, to_busy->stats().pushed_back, to_busy->stats().past_late_gets, load.calls());
+    // Unloaded here the idle agent got all 30, the busy one 2: its queue pushed the rest back,
+    // and the 2 were the planner's retries. The idle agent's count is not held to 30: over
+    // shared memory a shipped walk takes about 4 us, and a host busy with anything else makes
+    // a few such runs late while the mapped GETs, run by this thread, are not; three late runs
+    // push an idle agent's runs back too for load_fresh (a niced `yes` beside this test left
+    // it 6 and 14 of 30).
     CHECK(busy_shipped < idle_shipped);
-    CHECK(to_busy->stats().pushed_back > 0);
-    CHECK(idle_pushed_before == 0);
-    CHECK(to_idle->stats().pushed_back < to_busy->stats().pushed_back);
+    CHECK(busy_shipped <= kRuns / 3);
+    CHECK(to_busy->stats().pushed_back >= kRuns / 2);
 }
 
 TEST_CASE("a caller that ships to a busy owner less often than load_fresh still sees its queue, and retries less and less", "[integration][serial]") {
