@@ -10,11 +10,10 @@
 #include <bitship/client.hpp>
 #include <chrono>
 #include <future>
+#include <span>
 
 #include "get_curve.hpp"
 #include "running_figure.hpp"
-
-#include <span>
 
 namespace bitship::xrdma {
 
